@@ -1,0 +1,247 @@
+//! The agent API: status, chats, accept/close, replies and the live stream.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use plugin_api::channel::agent_message_body_from_value;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::app::App;
+use crate::conversations::{CoreError, client_view};
+use crate::ids::token_hash;
+use crate::store::Agent;
+use crate::web::{Resp, bearer, error, json, method_not_allowed, read_body};
+
+/// Routes `/agent/v1/...`; `rest` is the path after `v1`.
+pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
+    let agent = match authenticate(app, &req).await {
+        Ok(a) => a,
+        Err(resp) => return resp,
+    };
+    let method = req.method().clone();
+    match (method, rest) {
+        (Method::PUT, ["status"]) => set_status(app, req, &agent).await,
+        (Method::GET, ["me"]) => json(StatusCode::OK, &agent),
+        (Method::GET, ["chats"]) => list_chats(app, &req, &agent).await,
+        (Method::GET, ["chats", id]) => with_chat_id(id, |id| chat_view(app, &agent, id)).await,
+        (Method::POST, ["chats", id, "accept"]) => {
+            with_chat_id(id, |id| async move {
+                core_answer(app.conversations.accept(&agent, id).await.map(|c| json!(c)))
+            })
+            .await
+        }
+        (Method::POST, ["chats", id, "close"]) => {
+            with_chat_id(id, |id| async move {
+                core_answer(app.conversations.close(&agent, id).await.map(|c| json!(c)))
+            })
+            .await
+        }
+        (Method::POST, ["chats", id, "messages"]) => {
+            let Ok(id) = id.parse::<i64>() else {
+                return error(StatusCode::NOT_FOUND, "not_found", "no such chat");
+            };
+            send_message(app, req, &agent, id).await
+        }
+        (Method::GET, ["stream"]) => stream(app, &agent).await,
+        (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => method_not_allowed(),
+        _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
+    }
+}
+
+async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp> {
+    let Some(token) = bearer(req) else {
+        return Err(error(StatusCode::UNAUTHORIZED, "unauthorized", "a bearer token is required"));
+    };
+    match app.store.agent_by_token_hash(&token_hash(token)).await {
+        Ok(Some(agent)) => Ok(agent),
+        Ok(None) => Err(error(StatusCode::UNAUTHORIZED, "unauthorized", "unknown token")),
+        Err(e) => {
+            tracing::error!(error = %e, "agent authentication failed");
+            Err(unavailable())
+        }
+    }
+}
+
+fn unavailable() -> Resp {
+    error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "temporarily unavailable, retry")
+}
+
+async fn with_chat_id<F, Fut>(id: &str, f: F) -> Resp
+where
+    F: FnOnce(i64) -> Fut,
+    Fut: Future<Output = Resp>,
+{
+    match id.parse::<i64>() {
+        Ok(id) => f(id).await,
+        Err(_) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
+    }
+}
+
+fn core_answer(result: Result<serde_json::Value, CoreError>) -> Resp {
+    match result {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => core_error(e),
+    }
+}
+
+fn core_error(e: CoreError) -> Resp {
+    match e {
+        CoreError::NotFound => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
+        CoreError::Conflict(m) => error(StatusCode::CONFLICT, "conflict", m),
+        CoreError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_request", m),
+        CoreError::Store(e) => {
+            tracing::error!(error = %e, "agent action failed");
+            unavailable()
+        }
+    }
+}
+
+/// Parses a JSON body into `T`, answering 400/413 with the reason.
+async fn json_body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
+    let body = read_body(req, app.config.server.max_body_bytes)
+        .await
+        .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
+    serde_json::from_slice(&body)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid JSON body: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusBody {
+    online: bool,
+}
+
+async fn set_status(app: &App, req: Request<Incoming>, agent: &Agent) -> Resp {
+    let body: StatusBody = match json_body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    match app.store.set_agent_online(agent.id, body.online).await {
+        Ok(()) => json(StatusCode::OK, &json!({ "online": body.online })),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set agent status");
+            unavailable()
+        }
+    }
+}
+
+async fn list_chats(app: &App, req: &Request<Incoming>, agent: &Agent) -> Resp {
+    let include_closed = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "state=all" || p == "closed=true"));
+    match app.store.chats_for_agent(&agent.email, include_closed, 500).await {
+        Ok(chats) => json(StatusCode::OK, &json!({ "chats": chats })),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot list chats");
+            unavailable()
+        }
+    }
+}
+
+async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
+    let chat = match app.conversations.visible_chat(agent, chat_id).await {
+        Ok(c) => c,
+        Err(e) => return core_error(e),
+    };
+    let client = app.store.client_by_id(chat.client_id).await;
+    let messages = app.store.messages_of_chat(chat.id).await;
+    match (client, messages) {
+        (Ok(Some(client)), Ok(messages)) => json(
+            StatusCode::OK,
+            &json!({ "chat": chat, "client": client_view(&client), "messages": messages }),
+        ),
+        (Ok(None), _) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot read a chat");
+            unavailable()
+        }
+    }
+}
+
+async fn send_message(app: &App, req: Request<Incoming>, agent: &Agent, chat_id: i64) -> Resp {
+    let body: serde_json::Value = match json_body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let message = match agent_message_body_from_value(body) {
+        Ok(m) => m,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request", e.0),
+    };
+    match app.conversations.agent_message(agent, chat_id, message).await {
+        Ok(Some(stored)) => json(StatusCode::CREATED, &json!({ "message": stored })),
+        Ok(None) => json(StatusCode::ACCEPTED, &json!({ "result": "ok" })),
+        Err(e) => core_error(e),
+    }
+}
+
+/// Server-Sent Events for the chats of the agent's channels.
+async fn stream(app: &App, agent: &Agent) -> Resp {
+    let channels = match app.store.agent_channel_ids(&agent.email).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the stream");
+            return unavailable();
+        }
+    };
+    let mut updates = app.live.subscribe();
+    let mut shutdown = app.shutdown.clone();
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let agent_id = agent.id;
+    tokio::spawn(async move {
+        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+        if tx.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
+            return;
+        }
+        loop {
+            let frame = tokio::select! {
+                update = updates.recv() => match update {
+                    Ok(ev) if channels.contains(&ev.channel_id) => {
+                        let data = json!({ "chat_id": ev.chat_id, "channel_id": ev.channel_id, "data": ev.data });
+                        Bytes::from(format!("event: {}\ndata: {}\n\n", ev.kind, data))
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(agent = agent_id, missed = n, "agent stream fell behind");
+                        Bytes::from(format!("event: lagged\ndata: {{\"missed\":{n}}}\n\n"))
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+                _ = shutdown.changed() => break,
+            };
+            if tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut resp = Response::new(SseBody(rx).boxed());
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+struct SseBody(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}

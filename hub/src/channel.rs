@@ -1,0 +1,68 @@
+//! The custom chat channel edge: the status endpoint and the customer-message
+//! endpoint integrators call, exactly as the spec draws them.
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use plugin_api::channel::parse_customer_message;
+
+use crate::app::App;
+use crate::conversations::{CoreError, Ingested};
+use crate::ids::constant_time_eq;
+use crate::store::Channel;
+use crate::web::{Resp, json, method_not_allowed, read_body, text};
+
+/// Handles `/<random_string>/<public_id>` and `/<random_string>/<public_id>/status`.
+pub async fn handle(app: &App, req: Request<Incoming>, secret: &str, public_id: &str, status: bool) -> Resp {
+    let channel = match find(app, secret, public_id).await {
+        Ok(Some(ch)) => ch,
+        Ok(None) => return text(StatusCode::NOT_FOUND, "no channel at this address"),
+        Err(resp) => return resp,
+    };
+    match (status, req.method()) {
+        (true, &Method::GET) | (true, &Method::HEAD) => availability(app, &channel).await,
+        (false, &Method::POST) => customer_message(app, req, &channel).await,
+        _ => method_not_allowed(),
+    }
+}
+
+async fn find(app: &App, secret: &str, public_id: &str) -> Result<Option<Channel>, Resp> {
+    if !constant_time_eq(secret.as_bytes(), app.path_secret.as_bytes()) {
+        return Ok(None);
+    }
+    app.store.channel_by_public_id(public_id).await.map_err(|e| {
+        tracing::error!(error = %e, "channel lookup failed");
+        text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
+    })
+}
+
+async fn availability(app: &App, channel: &Channel) -> Resp {
+    match app.store.channel_has_online_agent(channel.id).await {
+        Ok(online) => text(StatusCode::OK, if online { "1" } else { "0" }),
+        Err(e) => {
+            tracing::error!(error = %e, channel = channel.id, "status lookup failed");
+            text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
+        }
+    }
+}
+
+async fn customer_message(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
+    let body = match read_body(req, app.config.server.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return text(e.status(), e.reason()),
+    };
+    let message = match parse_customer_message(&body) {
+        Ok(m) => m,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.0),
+    };
+    match app.conversations.customer_message(channel, message).await {
+        Ok(Ingested::Stored { .. }) | Ok(Ingested::Dropped { .. }) => {
+            json(StatusCode::OK, &serde_json::json!({ "result": "ok" }))
+        }
+        Err(CoreError::Invalid(reason)) => text(StatusCode::BAD_REQUEST, reason),
+        Err(CoreError::NotFound) => text(StatusCode::NOT_FOUND, "no channel at this address"),
+        Err(e) => {
+            tracing::error!(error = %e, channel = channel.id, "customer message not stored");
+            text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! The core: what customer and agent actions do to chats, messages and the
+//! outbox. Edges hand it validated input; every change it makes is an event
+//! that crosses the pipeline first and is logged in the same transaction.
+
+use std::sync::Arc;
+
+use plugin_api::channel::{
+    AgentMessage, AgentSender, CustomerMessage, Message, Recipient, customer_message_from_value,
+};
+use serde_json::json;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::clock::now_ms;
+use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING};
+use crate::event::{Direction, Event, EventKind};
+use crate::live::{Live, LiveEvent};
+use crate::pipeline::{Flow, Pipeline};
+use crate::store::chats::{NewMessage, insert_chat, insert_message, live_chat_of_client};
+use crate::store::chats::{set_chat_state, set_message_delivery, upsert_client};
+use crate::store::events::insert_event;
+use crate::store::outbox::{enqueue, finish};
+use crate::store::{
+    Agent, Author, Channel, Chat, ChatState, Claimed, Client, DeliveryState, MessageRow,
+    NewDelivery, OutboxState, Store, StoreError,
+};
+
+/// Why an action was refused; edges map each case to their status codes.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What became of an inbound event.
+#[derive(Debug)]
+pub enum Ingested {
+    Stored { chat_id: Option<i64> },
+    Dropped { reason: String },
+}
+
+pub struct Conversations {
+    store: Store,
+    live: Live,
+    pipeline: Pipeline,
+    kick: Kick,
+}
+
+impl Conversations {
+    pub fn new(store: Store, live: Live, pipeline: Pipeline, kick: Kick) -> Arc<Conversations> {
+        Arc::new(Conversations { store, live, pipeline, kick })
+    }
+
+    /// A customer message or typing notification from the integrator.
+    pub async fn customer_message(
+        &self,
+        channel: &Channel,
+        message: CustomerMessage,
+    ) -> Result<Ingested, CoreError> {
+        let kind = if message.message.is_typing() {
+            EventKind::CUSTOMER_TYPING
+        } else {
+            EventKind::CUSTOMER_MESSAGE
+        };
+        let payload = serde_json::to_value(&message)
+            .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+        let event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
+        let span = event.span();
+        self.ingest_customer_event(channel, event).instrument(span).await
+    }
+
+    async fn ingest_customer_event(
+        &self,
+        channel: &Channel,
+        event: Event,
+    ) -> Result<Ingested, CoreError> {
+        let mut event = match self.pipeline.run(event).await {
+            Flow::Continue(e) => e,
+            Flow::Drop { event, reason } => {
+                tracing::info!(%reason, "customer message dropped");
+                self.store.record_event(&event).await?;
+                return Ok(Ingested::Dropped { reason });
+            }
+        };
+        // The chain may have rewritten the payload; it must still be a valid message.
+        let message = customer_message_from_value(event.payload.clone())
+            .map_err(|e| CoreError::Invalid(e.0))?;
+        let now = now_ms();
+        let mut w = self.store.begin_write().await?;
+        let client = upsert_client(&mut w.tx, channel.id, &message.sender, now).await?;
+        let existing = live_chat_of_client(&mut w.tx, client.id).await?;
+        let typing = message.message.is_typing();
+        let (chat, opened) = match existing {
+            Some(chat) => (Some(chat), false),
+            None if typing => (None, false),
+            None => (Some(insert_chat(&mut w.tx, channel.id, client.id, now).await?), true),
+        };
+        let stored = match (&chat, typing) {
+            (Some(chat), false) => {
+                let body = serde_json::to_value(&message.message)
+                    .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+                Some(
+                    insert_message(
+                        &mut w.tx,
+                        NewMessage {
+                            uid: &Uuid::now_v7().to_string(),
+                            chat_id: chat.id,
+                            author: Author::Client,
+                            agent_id: None,
+                            body: &body,
+                            delivery: None,
+                            now,
+                        },
+                    )
+                    .await?,
+                )
+            }
+            _ => None,
+        };
+        event.chat_id = chat.as_ref().map(|c| c.id);
+        insert_event(&mut w.tx, &event).await?;
+        w.commit().await?;
+
+        if let Some(chat) = &chat {
+            if opened {
+                self.publish(chat, "chat.opened", json!({ "chat": chat, "client": client_view(&client) }));
+            }
+            match &stored {
+                Some(m) => self.publish(chat, "chat.message", json!({ "message": m, "client": client_view(&client) })),
+                None => self.publish(
+                    chat,
+                    "chat.typing",
+                    json!({ "typing": message.message == Message::Typein, "by": "client" }),
+                ),
+            }
+        }
+        Ok(Ingested::Stored { chat_id: chat.map(|c| c.id) })
+    }
+
+    /// A chat the agent may see, or `NotFound` (also for chats of other channels).
+    pub async fn visible_chat(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
+        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
+        let channels = self.store.agent_channel_ids(&agent.email).await?;
+        if channels.contains(&chat.channel_id) {
+            Ok(chat)
+        } else {
+            Err(CoreError::NotFound)
+        }
+    }
+
+    pub async fn accept(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
+        let chat = self.visible_chat(agent, chat_id).await?;
+        match (chat.state, chat.agent_id) {
+            (ChatState::Accepted, Some(id)) if id == agent.id => return Ok(chat),
+            (ChatState::Accepted, _) => {
+                return Err(CoreError::Conflict("the chat was accepted by another agent".into()));
+            }
+            (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
+            (ChatState::Open, _) => {}
+        }
+        let mut w = self.store.begin_write().await?;
+        set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now_ms()).await?;
+        w.commit().await?;
+        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
+        self.publish(&chat, "chat.accepted", json!({ "chat": chat, "agent_id": agent.id }));
+        Ok(chat)
+    }
+
+    pub async fn close(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
+        let chat = self.visible_chat(agent, chat_id).await?;
+        match (chat.state, chat.agent_id) {
+            (ChatState::Closed, _) => return Ok(chat),
+            (ChatState::Accepted, Some(id)) if id != agent.id => {
+                return Err(CoreError::Conflict("the chat belongs to another agent".into()));
+            }
+            _ => {}
+        }
+        let mut w = self.store.begin_write().await?;
+        set_chat_state(&mut w.tx, chat.id, ChatState::Closed, Some(agent.id), now_ms()).await?;
+        w.commit().await?;
+        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
+        self.publish(&chat, "chat.closed", json!({ "chat": chat, "agent_id": agent.id }));
+        Ok(chat)
+    }
+
+    /// An agent's reply or typing notification: stored and queued for the
+    /// integrator in one transaction. Replying to a waiting chat accepts it.
+    pub async fn agent_message(
+        &self,
+        agent: &Agent,
+        chat_id: i64,
+        message: Message,
+    ) -> Result<Option<MessageRow>, CoreError> {
+        let chat = self.visible_chat(agent, chat_id).await?;
+        match (chat.state, chat.agent_id) {
+            (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
+            (ChatState::Accepted, Some(id)) if id != agent.id => {
+                return Err(CoreError::Conflict("the chat belongs to another agent".into()));
+            }
+            _ => {}
+        }
+        let channel = self
+            .store
+            .channel_by_id(chat.channel_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        let client = self.store.client_by_id(chat.client_id).await?.ok_or(CoreError::NotFound)?;
+        let typing = message.is_typing();
+        let uid = Uuid::now_v7().to_string();
+        let mut message = message;
+        message.set_label(uid.clone());
+        let wire = AgentMessage {
+            sender: AgentSender { name: agent.name.clone(), photo: agent.photo.clone() },
+            recipient: Recipient { id: client.external_id.clone() },
+            message,
+        };
+        let kind = if typing { EventKind::AGENT_TYPING } else { EventKind::AGENT_MESSAGE };
+        let payload = serde_json::to_value(&wire)
+            .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+        let event = Event::new(kind, Direction::Out, payload)
+            .on_channel(channel.id)
+            .in_chat(chat.id);
+        let span = event.span();
+        self.send_agent_event(OutgoingAgentEvent { agent, chat, channel, uid, typing, event })
+            .instrument(span)
+            .await
+    }
+
+    async fn send_agent_event(
+        &self,
+        out: OutgoingAgentEvent<'_>,
+    ) -> Result<Option<MessageRow>, CoreError> {
+        let OutgoingAgentEvent { agent, chat, channel, uid, typing, event } = out;
+        let event = match self.pipeline.run(event).await {
+            Flow::Continue(e) => e,
+            Flow::Drop { event, reason } => {
+                tracing::info!(%reason, "agent message dropped");
+                self.store.record_event(&event).await?;
+                return Err(CoreError::Conflict(format!("dropped by a plugin: {reason}")));
+            }
+        };
+        let wire: AgentMessage = serde_json::from_value(event.payload.clone())
+            .map_err(|e| CoreError::Invalid(format!("a plugin produced an invalid message: {e}")))?;
+        let now = now_ms();
+        let mut w = self.store.begin_write().await?;
+        if chat.state == ChatState::Open {
+            set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
+        }
+        let stored = if typing {
+            None
+        } else {
+            let body = serde_json::to_value(&wire.message)
+                .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+            Some(
+                insert_message(
+                    &mut w.tx,
+                    NewMessage {
+                        uid: &uid,
+                        chat_id: chat.id,
+                        author: Author::Agent,
+                        agent_id: Some(agent.id),
+                        body: &body,
+                        delivery: Some(DeliveryState::Pending),
+                        now,
+                    },
+                )
+                .await?,
+            )
+        };
+        insert_event(&mut w.tx, &event).await?;
+        let delivery = NewDelivery {
+            id: Uuid::now_v7(),
+            event_id: event.id,
+            kind: event.kind.as_str().to_owned(),
+            policy: if typing { POLICY_TYPING } else { POLICY_CHANNEL }.to_owned(),
+            target_url: format!(
+                "{}/{}",
+                channel.customer_endpoint.trim_end_matches('/'),
+                channel.public_id
+            ),
+            body: event.payload.to_string(),
+            chunked: channel.chunked,
+            order_key: Some(format!("chat:{}", chat.id)),
+            message_id: stored.as_ref().map(|m| m.id),
+            chat_id: Some(chat.id),
+        };
+        enqueue(&mut w.tx, &delivery, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+
+        if chat.state == ChatState::Open {
+            let mut accepted = chat.clone();
+            accepted.state = ChatState::Accepted;
+            accepted.agent_id = Some(agent.id);
+            self.publish(&accepted, "chat.accepted", json!({ "chat": accepted, "agent_id": agent.id }));
+        }
+        if let Some(m) = &stored {
+            self.publish(&chat, "chat.message", json!({ "message": m }));
+        }
+        Ok(stored)
+    }
+
+    fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
+        self.live.publish(LiveEvent { kind, channel_id: chat.channel_id, chat_id: chat.id, data });
+    }
+}
+
+impl Finisher for Conversations {
+    fn finish<'a>(
+        &'a self,
+        row: &'a Claimed,
+        result: &'a Final,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (state, outbox_state, error) = match result {
+                Final::Delivered => (DeliveryState::Delivered, OutboxState::Delivered, None),
+                Final::Failed(reason) => {
+                    (DeliveryState::Failed, OutboxState::Failed, Some(reason.as_str()))
+                }
+            };
+            let chat = match row.chat_id {
+                Some(id) => self.store.chat_by_id(id).await?,
+                None => None,
+            };
+            let payload = json!({
+                "delivery_id": row.id,
+                "event_id": row.event_id,
+                "message_id": row.message_id,
+                "state": state,
+                "error": error,
+            });
+            let mut event = Event::new(EventKind::DELIVERY_RESULT, Direction::In, payload.clone());
+            event.channel_id = chat.as_ref().map(|c| c.channel_id);
+            event.chat_id = row.chat_id;
+            let now = now_ms();
+            let mut w = self.store.begin_write().await?;
+            finish(&mut w.tx, &row.id, outbox_state, error, now).await?;
+            if let Some(message_id) = row.message_id {
+                set_message_delivery(&mut w.tx, message_id, state, error).await?;
+            }
+            insert_event(&mut w.tx, &event).await?;
+            w.commit().await?;
+            if let (Some(chat), Some(_)) = (&chat, row.message_id) {
+                self.publish(chat, "message.delivery", payload);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// An agent's message on its way from the API to the outbox.
+struct OutgoingAgentEvent<'a> {
+    agent: &'a Agent,
+    chat: Chat,
+    channel: Channel,
+    uid: String,
+    typing: bool,
+    event: Event,
+}
+
+/// The client as agents see it.
+pub fn client_view(client: &Client) -> serde_json::Value {
+    json!({
+        "id": client.id,
+        "external_id": client.external_id,
+        "name": client.display_name(),
+        "phone": client.phone,
+        "email": client.email,
+        "photo": client.photo,
+        "url": client.url,
+        "invite": client.invite,
+    })
+}

@@ -1,0 +1,226 @@
+//! One HTTP attempt and how its answer is read: 2xx without an error body is
+//! delivered; a 4xx or an `{"error":…}` body is final; anything else is retried.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, SizeHint};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::store::Claimed;
+
+/// Header carrying the outbox row id: the same on every attempt and after restarts,
+/// so a receiver can recognise a retry.
+pub const DELIVERY_ID_HEADER: &str = "x-hub-delivery";
+pub const ATTEMPT_HEADER: &str = "x-hub-attempt";
+/// Most of a response body read to find the reason for a refusal.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// Longest reason kept from a plain-text refusal.
+const MAX_REASON_CHARS: usize = 500;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    Delivered,
+    /// Refused for good (4xx or an error body); the text is for the agent.
+    Rejected(String),
+    /// Worth retrying: 5xx, timeout, connection failure.
+    Transient(String),
+}
+
+/// A request body sent whole, with Content-Length, or as one chunk of a chunked body.
+pub struct OutBody {
+    data: Option<Bytes>,
+    chunked: bool,
+}
+
+impl Body for OutBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.data.take().map(|d| Ok(Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.data, self.chunked) {
+            // An inexact hint is what makes hyper use Transfer-Encoding: chunked.
+            (Some(_), true) => SizeHint::default(),
+            (Some(d), false) => SizeHint::with_exact(d.len() as u64),
+            (None, _) => SizeHint::with_exact(0),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct HttpSender {
+    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up TLS for outbound requests: {0}")]
+pub struct TlsSetupError(#[from] rustls::Error);
+
+impl HttpSender {
+    pub fn new() -> Result<HttpSender, TlsSetupError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(3)));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Ok(HttpSender { client })
+    }
+
+    /// Makes one attempt of `row` and says how it went.
+    pub async fn send(&self, row: &Claimed, attempt: i64, timeout: Duration) -> Attempt {
+        let uri: Uri = match row.target_url.parse() {
+            Ok(u) => u,
+            Err(e) => return Attempt::Rejected(format!("invalid endpoint URL: {e}")),
+        };
+        let request = Request::post(uri)
+            .header(CONTENT_TYPE, "application/json; charset=utf-8")
+            .header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")))
+            .header(DELIVERY_ID_HEADER, row.id.as_str())
+            .header(ATTEMPT_HEADER, attempt)
+            .body(OutBody {
+                data: Some(Bytes::from(row.body.clone())),
+                chunked: row.chunked,
+            });
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => return Attempt::Rejected(format!("cannot build the request: {e}")),
+        };
+        let exchange = async {
+            let response = self.client.request(request).await?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            Ok::<_, hyper_util::client::legacy::Error>((status, body))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Attempt::Transient(format!("no response within {} ms", timeout.as_millis())),
+            Ok(Err(e)) => Attempt::Transient(format!("connection failed: {}", error_chain(&e))),
+            Ok(Ok((status, body))) => classify(status, &body),
+        }
+    }
+}
+
+/// Reads the receiver's answer.
+pub fn classify(status: StatusCode, body: &[u8]) -> Attempt {
+    let error_text = error_body_message(body);
+    if status.is_success() {
+        return match error_text {
+            Some(reason) => Attempt::Rejected(reason),
+            None => Attempt::Delivered,
+        };
+    }
+    let reason = error_text
+        .or_else(|| plain_reason(body))
+        .unwrap_or_else(|| status_text(status));
+    if status.is_server_error() {
+        Attempt::Transient(reason)
+    } else {
+        Attempt::Rejected(reason)
+    }
+}
+
+/// `{"error":{"code":…,"message":…}}` → the message (or the code when there is none).
+fn error_body_message(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let error = value.get("error")?;
+    if error.is_null() {
+        return None;
+    }
+    let message = error.get("message").and_then(|m| m.as_str());
+    let code = error.get("code").map(|c| match c {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    Some(match (message, code) {
+        (Some(m), _) if !m.trim().is_empty() => m.trim().to_owned(),
+        (_, Some(c)) => format!("error {c}"),
+        _ => match error {
+            serde_json::Value::String(s) => s.clone(),
+            _ => "the receiver reported an error".to_owned(),
+        },
+    })
+}
+
+fn plain_reason(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() || text.starts_with('<') {
+        return None;
+    }
+    Some(text.chars().take(MAX_REASON_CHARS).collect())
+}
+
+fn status_text(status: StatusCode) -> String {
+    format!(
+        "HTTP {} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or_default()
+    )
+    .trim_end()
+    .to_owned()
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_classified_as_the_spec_says() {
+        assert_eq!(classify(StatusCode::OK, br#"{"result":"ok"}"#), Attempt::Delivered);
+        assert_eq!(classify(StatusCode::OK, b""), Attempt::Delivered);
+        assert_eq!(
+            classify(StatusCode::OK, br#"{"error":{"code":3,"message":"user blocked"}}"#),
+            Attempt::Rejected("user blocked".into())
+        );
+        assert_eq!(
+            classify(StatusCode::BAD_REQUEST, b"no such user"),
+            Attempt::Rejected("no such user".into())
+        );
+        assert_eq!(
+            classify(StatusCode::NOT_FOUND, b""),
+            Attempt::Rejected("HTTP 404 Not Found".into())
+        );
+        assert!(matches!(classify(StatusCode::BAD_GATEWAY, b""), Attempt::Transient(_)));
+    }
+}

@@ -1,0 +1,228 @@
+//! The `hub` command: serve, check a configuration, provision channels and agents.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use hub::config::Config;
+use hub::provisioning::{self, ChannelSpec};
+use hub::store::Store;
+
+#[derive(Parser)]
+#[command(name = "hub", version, about = "Self-hosted conversation integration hub")]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, default_value = "hub.toml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the hub until SIGTERM or Ctrl-C.
+    Serve,
+    /// Validate the configuration; exits non-zero with every reason found.
+    Check,
+    /// Manage channels.
+    #[command(subcommand)]
+    Channel(ChannelCommand),
+    /// Manage agents.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+}
+
+#[derive(Subcommand)]
+enum ChannelCommand {
+    /// Create a channel and print its endpoint URL.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The integrator's endpoint agent messages are posted to.
+        #[arg(long)]
+        endpoint: String,
+        /// Send agent messages with Transfer-Encoding: chunked.
+        #[arg(long)]
+        chunked: bool,
+        /// E-mail of an agent who receives the channel's chats (repeatable).
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List channels with their endpoint URLs.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentCommand {
+    /// Create an agent and print its bearer token (shown only once).
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        photo: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List agents.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let config = Config::load(&cli.config)?;
+    match cli.command {
+        Command::Serve => serve(config).await,
+        Command::Check => {
+            out(&format!("{}: ok", cli.config.display()))?;
+            Ok(())
+        }
+        Command::Channel(cmd) => channel(config, cmd).await,
+        Command::Agent(cmd) => agent(config, cmd).await,
+    }
+}
+
+fn out(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}").context("writing to stdout")
+}
+
+async fn serve(config: Config) -> Result<()> {
+    let running = hub::app::start(config).await?;
+    wait_for_stop_signal().await?;
+    tracing::info!("stopping: no new requests; finishing deliveries in flight");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() -> Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+    }
+    Ok(())
+}
+
+async fn open_store(config: &Config) -> Result<Store> {
+    Store::open(&config.storage.url)
+        .await
+        .with_context(|| format!("opening {}", config.storage.url))
+}
+
+async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
+    let store = open_store(&config).await?;
+    provisioning::sync_declared(&store, &config.channels).await?;
+    let secret = provisioning::path_secret(&store).await?;
+    let base = config.public_base(config.server.listen);
+    match cmd {
+        ChannelCommand::Create { name, endpoint, chunked, agents, json } => {
+            let spec = ChannelSpec { name, customer_endpoint: endpoint, chunked, agents };
+            let ch = provisioning::create_channel(&store, &spec, false).await?;
+            let view = provisioning::view(ch, &base, &secret);
+            if json {
+                out(&serde_json::to_string_pretty(&view)?)?;
+            } else {
+                out(&format!(
+                    "created channel {} (public id {})\nendpoint: {}\nstatus:   {}",
+                    view.name, view.public_id, view.endpoint_url, view.status_url
+                ))?;
+            }
+        }
+        ChannelCommand::List { json } => {
+            let views: Vec<_> = store
+                .list_channels()
+                .await?
+                .into_iter()
+                .map(|c| provisioning::view(c, &base, &secret))
+                .collect();
+            if json {
+                out(&serde_json::to_string_pretty(&views)?)?;
+            } else {
+                for v in views {
+                    out(&format!(
+                        "{}\t{}\t{}\tagents: {}",
+                        v.name,
+                        v.endpoint_url,
+                        v.customer_endpoint,
+                        v.agents.join(",")
+                    ))?;
+                }
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+async fn agent(config: Config, cmd: AgentCommand) -> Result<()> {
+    let store = open_store(&config).await?;
+    match cmd {
+        AgentCommand::Create { name, email, photo, json } => {
+            let (agent, token) =
+                provisioning::create_agent(&store, &name, &email, photo.as_deref()).await?;
+            if json {
+                let v = serde_json::json!({ "id": agent.id, "name": agent.name,
+                    "email": agent.email, "photo": agent.photo, "token": token });
+                out(&serde_json::to_string_pretty(&v)?)?;
+            } else {
+                out(&format!(
+                    "created agent {} <{}> (id {})\ntoken: {token}\nThe token is shown only now.",
+                    agent.name, agent.email, agent.id
+                ))?;
+            }
+        }
+        AgentCommand::List { json } => {
+            let agents = store.list_agents().await?;
+            if json {
+                out(&serde_json::to_string_pretty(&agents)?)?;
+            } else {
+                for a in agents {
+                    let state = if a.online { "online" } else { "offline" };
+                    out(&format!("{}\t{}\t{}\t{state}", a.id, a.name, a.email))?;
+                }
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

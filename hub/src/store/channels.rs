@@ -1,0 +1,191 @@
+//! Channels and the agents assigned to them.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Ctx, Store, StoreError, flag};
+use crate::clock::now_ms;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Channel {
+    pub id: i64,
+    pub public_id: String,
+    pub name: String,
+    pub customer_endpoint: String,
+    pub chunked: bool,
+    pub declared: bool,
+    pub agents: Vec<String>,
+    pub created_at: i64,
+}
+
+/// What a new channel is made of; `public_id` comes from [`crate::ids`].
+pub struct NewChannel<'a> {
+    pub public_id: &'a str,
+    pub name: &'a str,
+    pub customer_endpoint: &'a str,
+    pub chunked: bool,
+    pub declared: bool,
+    pub agents: &'a [String],
+}
+
+const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at";
+
+fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
+    Ok(Channel {
+        id: row.try_get("id")?,
+        public_id: row.try_get("public_id")?,
+        name: row.try_get("name")?,
+        customer_endpoint: row.try_get("customer_endpoint")?,
+        chunked: flag(row.try_get("chunked")?),
+        declared: flag(row.try_get("declared")?),
+        agents: Vec::new(),
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl Store {
+    /// Inserts a channel and its agent list; fails on a duplicate name.
+    pub async fn insert_channel(&self, new: NewChannel<'_>) -> Result<Channel, StoreError> {
+        let mut w = self.begin_write().await?;
+        let row = sqlx::query(&format!(
+            "INSERT INTO channels (public_id, name, customer_endpoint, chunked, declared, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+        ))
+        .bind(new.public_id)
+        .bind(new.name)
+        .bind(new.customer_endpoint)
+        .bind(i64::from(new.chunked))
+        .bind(i64::from(new.declared))
+        .bind(now_ms())
+        .fetch_one(&mut *w.tx)
+        .await
+        .ctx("inserting a channel")?;
+        let mut channel = from_row(&row).ctx("reading a channel")?;
+        for email in new.agents {
+            sqlx::query(
+                "INSERT INTO channel_agents (channel_id, agent_email) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(channel.id)
+            .bind(email.to_lowercase())
+            .execute(&mut *w.tx)
+            .await
+            .ctx("assigning an agent")?;
+        }
+        w.commit().await?;
+        channel.agents = self.channel_agents(channel.id).await?;
+        Ok(channel)
+    }
+
+    /// Brings a declared channel's endpoint, chunked flag and agents in line with `hub.toml`.
+    pub async fn update_declared_channel(
+        &self,
+        id: i64,
+        customer_endpoint: &str,
+        chunked: bool,
+        agents: &[String],
+    ) -> Result<(), StoreError> {
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE channels SET customer_endpoint = $1, chunked = $2, declared = 1 WHERE id = $3",
+        )
+        .bind(customer_endpoint)
+        .bind(i64::from(chunked))
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await
+        .ctx("updating a channel")?;
+        sqlx::query("DELETE FROM channel_agents WHERE channel_id = $1")
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("clearing channel agents")?;
+        for email in agents {
+            sqlx::query(
+                "INSERT INTO channel_agents (channel_id, agent_email) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(email.to_lowercase())
+            .execute(&mut *w.tx)
+            .await
+            .ctx("assigning an agent")?;
+        }
+        w.commit().await
+    }
+
+    pub async fn channel_by_name(&self, name: &str) -> Result<Option<Channel>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM channels WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a channel")?;
+        self.with_agents(row).await
+    }
+
+    pub async fn channel_by_public_id(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<Channel>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM channels WHERE public_id = $1"))
+            .bind(public_id)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a channel")?;
+        self.with_agents(row).await
+    }
+
+    pub async fn channel_by_id(&self, id: i64) -> Result<Option<Channel>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM channels WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a channel")?;
+        self.with_agents(row).await
+    }
+
+    pub async fn list_channels(&self) -> Result<Vec<Channel>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM channels ORDER BY id"))
+            .fetch_all(self.pool())
+            .await
+            .ctx("listing channels")?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut ch = from_row(row).ctx("reading a channel")?;
+            ch.agents = self.channel_agents(ch.id).await?;
+            out.push(ch);
+        }
+        Ok(out)
+    }
+
+    async fn with_agents(&self, row: Option<AnyRow>) -> Result<Option<Channel>, StoreError> {
+        let Some(row) = row else { return Ok(None) };
+        let mut ch = from_row(&row).ctx("reading a channel")?;
+        ch.agents = self.channel_agents(ch.id).await?;
+        Ok(Some(ch))
+    }
+
+    async fn channel_agents(&self, channel_id: i64) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT agent_email FROM channel_agents WHERE channel_id = $1 ORDER BY agent_email",
+        )
+        .bind(channel_id)
+        .fetch_all(self.pool())
+        .await
+        .ctx("listing channel agents")?;
+        Ok(rows.into_iter().map(|(e,)| e).collect())
+    }
+
+    /// True when an agent assigned to the channel is online: the status endpoint's answer.
+    pub async fn channel_has_online_agent(&self, channel_id: i64) -> Result<bool, StoreError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT a.id FROM channel_agents ca JOIN agents a ON a.email = ca.agent_email \
+             WHERE ca.channel_id = $1 AND a.online = 1 LIMIT 1",
+        )
+        .bind(channel_id)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("checking channel availability")?;
+        Ok(row.is_some())
+    }
+}

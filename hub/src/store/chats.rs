@@ -1,0 +1,422 @@
+//! Clients, chats and messages: the conversation state agents work on.
+//! Writers take a connection so the caller can group them in one transaction.
+
+use plugin_api::channel::CustomerSender;
+use plugin_api::lenient::ExternalId;
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
+
+use super::{Ctx, Store, StoreError};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Client {
+    pub id: i64,
+    pub channel_id: i64,
+    /// The integrator's `sender.id`, in the JSON type it was sent in.
+    pub external_id: ExternalId,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    pub photo: Option<String>,
+    pub url: Option<String>,
+    pub invite: Option<String>,
+}
+
+impl Client {
+    /// The name agents see; the spec shows nameless customers as Anonymous.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or("Anonymous")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatState {
+    /// Waiting for an agent.
+    Open,
+    Accepted,
+    Closed,
+}
+
+impl ChatState {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChatState::Open => "open",
+            ChatState::Accepted => "accepted",
+            ChatState::Closed => "closed",
+        }
+    }
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "open" => Ok(ChatState::Open),
+            "accepted" => Ok(ChatState::Accepted),
+            "closed" => Ok(ChatState::Closed),
+            other => Err(StoreError::Corrupt(format!("chat state `{other}`"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Chat {
+    pub id: i64,
+    pub channel_id: i64,
+    pub client_id: i64,
+    pub state: ChatState,
+    pub agent_id: Option<i64>,
+    pub opened_at: i64,
+    pub accepted_at: Option<i64>,
+    pub closed_at: Option<i64>,
+    pub last_message_at: i64,
+}
+
+/// A chat as listed for an agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatSummary {
+    #[serde(flatten)]
+    pub chat: Chat,
+    pub channel: String,
+    pub client_name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Author {
+    Client,
+    Agent,
+}
+
+impl Author {
+    fn as_str(self) -> &'static str {
+        match self {
+            Author::Client => "client",
+            Author::Agent => "agent",
+        }
+    }
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "client" => Ok(Author::Client),
+            "agent" => Ok(Author::Agent),
+            other => Err(StoreError::Corrupt(format!("message author `{other}`"))),
+        }
+    }
+}
+
+/// Where an agent message stands on its way to the integrator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "pending" => Ok(DeliveryState::Pending),
+            "delivered" => Ok(DeliveryState::Delivered),
+            "failed" => Ok(DeliveryState::Failed),
+            other => Err(StoreError::Corrupt(format!("delivery state `{other}`"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageRow {
+    pub id: i64,
+    pub uid: String,
+    pub chat_id: i64,
+    pub author: Author,
+    pub agent_id: Option<i64>,
+    /// The channel `message` object as stored (after plugins).
+    pub body: serde_json::Value,
+    pub delivery: Option<DeliveryState>,
+    pub delivery_error: Option<String>,
+    pub created_at: i64,
+}
+
+const CLIENT_COLUMNS: &str =
+    "id, channel_id, external_id_json, name, phone, email, photo, url, invite";
+const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
+     closed_at, last_message_at";
+const MESSAGE_COLUMNS: &str =
+    "id, uid, chat_id, author, agent_id, body, delivery_state, delivery_error, created_at";
+
+fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
+    let json: String = row.try_get("external_id_json").ctx("reading a client")?;
+    let external_id = serde_json::from_str(&json)
+        .map_err(|e| StoreError::Corrupt(format!("client external id: {e}")))?;
+    Ok(Client {
+        id: row.try_get("id").ctx("reading a client")?,
+        channel_id: row.try_get("channel_id").ctx("reading a client")?,
+        external_id,
+        name: row.try_get("name").ctx("reading a client")?,
+        phone: row.try_get("phone").ctx("reading a client")?,
+        email: row.try_get("email").ctx("reading a client")?,
+        photo: row.try_get("photo").ctx("reading a client")?,
+        url: row.try_get("url").ctx("reading a client")?,
+        invite: row.try_get("invite").ctx("reading a client")?,
+    })
+}
+
+fn chat_from_row(row: &AnyRow) -> Result<Chat, StoreError> {
+    let state: String = row.try_get("state").ctx("reading a chat")?;
+    Ok(Chat {
+        id: row.try_get("id").ctx("reading a chat")?,
+        channel_id: row.try_get("channel_id").ctx("reading a chat")?,
+        client_id: row.try_get("client_id").ctx("reading a chat")?,
+        state: ChatState::parse(&state)?,
+        agent_id: row.try_get("agent_id").ctx("reading a chat")?,
+        opened_at: row.try_get("opened_at").ctx("reading a chat")?,
+        accepted_at: row.try_get("accepted_at").ctx("reading a chat")?,
+        closed_at: row.try_get("closed_at").ctx("reading a chat")?,
+        last_message_at: row.try_get("last_message_at").ctx("reading a chat")?,
+    })
+}
+
+fn message_from_row(row: &AnyRow) -> Result<MessageRow, StoreError> {
+    let author: String = row.try_get("author").ctx("reading a message")?;
+    let body: String = row.try_get("body").ctx("reading a message")?;
+    let delivery: Option<String> = row.try_get("delivery_state").ctx("reading a message")?;
+    Ok(MessageRow {
+        id: row.try_get("id").ctx("reading a message")?,
+        uid: row.try_get("uid").ctx("reading a message")?,
+        chat_id: row.try_get("chat_id").ctx("reading a message")?,
+        author: Author::parse(&author)?,
+        agent_id: row.try_get("agent_id").ctx("reading a message")?,
+        body: serde_json::from_str(&body)
+            .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?,
+        delivery: delivery.as_deref().map(DeliveryState::parse).transpose()?,
+        delivery_error: row.try_get("delivery_error").ctx("reading a message")?,
+        created_at: row.try_get("created_at").ctx("reading a message")?,
+    })
+}
+
+/// Creates the client on first contact and merges any profile fields sent now.
+pub async fn upsert_client(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    sender: &CustomerSender,
+    now: i64,
+) -> Result<Client, StoreError> {
+    let id_json = serde_json::to_string(&sender.id)
+        .map_err(|e| StoreError::Corrupt(format!("client id: {e}")))?;
+    let row = sqlx::query(&format!(
+        "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, email, \
+         photo, url, invite, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+         ON CONFLICT (channel_id, external_key) DO UPDATE SET \
+         name = COALESCE(excluded.name, clients.name), \
+         phone = COALESCE(excluded.phone, clients.phone), \
+         email = COALESCE(excluded.email, clients.email), \
+         photo = COALESCE(excluded.photo, clients.photo), \
+         url = COALESCE(excluded.url, clients.url), \
+         invite = COALESCE(excluded.invite, clients.invite), \
+         updated_at = excluded.updated_at \
+         RETURNING {CLIENT_COLUMNS}"
+    ))
+    .bind(channel_id)
+    .bind(sender.id.as_key())
+    .bind(id_json)
+    .bind(sender.name.as_deref())
+    .bind(sender.phone.as_deref())
+    .bind(sender.email.as_deref())
+    .bind(sender.photo.as_deref())
+    .bind(sender.url.as_deref())
+    .bind(sender.invite.as_deref())
+    .bind(now)
+    .fetch_one(conn)
+    .await
+    .ctx("saving a client")?;
+    client_from_row(&row)
+}
+
+/// The client's chat on this channel that is not closed yet, if any.
+pub async fn live_chat_of_client(
+    conn: &mut AnyConnection,
+    client_id: i64,
+) -> Result<Option<Chat>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {CHAT_COLUMNS} FROM chats WHERE client_id = $1 AND state <> 'closed' \
+         ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(client_id)
+    .fetch_optional(conn)
+    .await
+    .ctx("finding the client's chat")?;
+    row.as_ref().map(chat_from_row).transpose()
+}
+
+pub async fn insert_chat(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    client_id: i64,
+    now: i64,
+) -> Result<Chat, StoreError> {
+    let row = sqlx::query(&format!(
+        "INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
+         VALUES ($1, $2, 'open', $3, $3) RETURNING {CHAT_COLUMNS}"
+    ))
+    .bind(channel_id)
+    .bind(client_id)
+    .bind(now)
+    .fetch_one(conn)
+    .await
+    .ctx("opening a chat")?;
+    chat_from_row(&row)
+}
+
+pub struct NewMessage<'a> {
+    pub uid: &'a str,
+    pub chat_id: i64,
+    pub author: Author,
+    pub agent_id: Option<i64>,
+    pub body: &'a serde_json::Value,
+    pub delivery: Option<DeliveryState>,
+    pub now: i64,
+}
+
+pub async fn insert_message(
+    conn: &mut AnyConnection,
+    m: NewMessage<'_>,
+) -> Result<MessageRow, StoreError> {
+    let row = sqlx::query(&format!(
+        "INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {MESSAGE_COLUMNS}"
+    ))
+    .bind(m.uid)
+    .bind(m.chat_id)
+    .bind(m.author.as_str())
+    .bind(m.agent_id)
+    .bind(m.body.to_string())
+    .bind(m.delivery.map(DeliveryState::as_str))
+    .bind(m.now)
+    .fetch_one(&mut *conn)
+    .await
+    .ctx("inserting a message")?;
+    sqlx::query("UPDATE chats SET last_message_at = $1 WHERE id = $2")
+        .bind(m.now)
+        .bind(m.chat_id)
+        .execute(conn)
+        .await
+        .ctx("touching a chat")?;
+    message_from_row(&row)
+}
+
+/// Moves a chat to `state`; `agent_id` is recorded when accepting.
+pub async fn set_chat_state(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+    state: ChatState,
+    agent_id: Option<i64>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let sql = match state {
+        ChatState::Accepted => {
+            "UPDATE chats SET state = $1, agent_id = $2, accepted_at = $3 WHERE id = $4"
+        }
+        ChatState::Closed => {
+            "UPDATE chats SET state = $1, agent_id = COALESCE(agent_id, $2), closed_at = $3 \
+             WHERE id = $4"
+        }
+        ChatState::Open => "UPDATE chats SET state = $1, agent_id = $2, opened_at = $3 WHERE id = $4",
+    };
+    sqlx::query(sql)
+        .bind(state.as_str())
+        .bind(agent_id)
+        .bind(now)
+        .bind(chat_id)
+        .execute(conn)
+        .await
+        .ctx("changing a chat's state")?;
+    Ok(())
+}
+
+pub async fn set_message_delivery(
+    conn: &mut AnyConnection,
+    message_id: i64,
+    state: DeliveryState,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE messages SET delivery_state = $1, delivery_error = $2 WHERE id = $3")
+        .bind(state.as_str())
+        .bind(error)
+        .bind(message_id)
+        .execute(conn)
+        .await
+        .ctx("recording a delivery result")?;
+    Ok(())
+}
+
+impl Store {
+    pub async fn chat_by_id(&self, id: i64) -> Result<Option<Chat>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a chat")?;
+        row.as_ref().map(chat_from_row).transpose()
+    }
+
+    pub async fn client_by_id(&self, id: i64) -> Result<Option<Client>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {CLIENT_COLUMNS} FROM clients WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a client")?;
+        row.as_ref().map(client_from_row).transpose()
+    }
+
+    /// Chats on the channels `agent_email` is assigned to, newest activity first.
+    pub async fn chats_for_agent(
+        &self,
+        agent_email: &str,
+        include_closed: bool,
+        limit: i64,
+    ) -> Result<Vec<ChatSummary>, StoreError> {
+        let filter = if include_closed { "" } else { "AND c.state <> 'closed'" };
+        let rows = sqlx::query(&format!(
+            "SELECT c.id, c.channel_id, c.client_id, c.state, c.agent_id, c.opened_at, \
+             c.accepted_at, c.closed_at, c.last_message_at, ch.name AS channel_name, \
+             cl.name AS client_name \
+             FROM chats c JOIN channel_agents ca ON ca.channel_id = c.channel_id \
+             JOIN channels ch ON ch.id = c.channel_id JOIN clients cl ON cl.id = c.client_id \
+             WHERE ca.agent_email = $1 {filter} ORDER BY c.last_message_at DESC, c.id DESC \
+             LIMIT $2"
+        ))
+        .bind(agent_email.to_lowercase())
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .ctx("listing chats")?;
+        rows.iter()
+            .map(|row| {
+                let client_name: Option<String> = row.try_get("client_name").ctx("reading a chat")?;
+                Ok(ChatSummary {
+                    chat: chat_from_row(row)?,
+                    channel: row.try_get("channel_name").ctx("reading a chat")?,
+                    client_name: client_name.unwrap_or_else(|| "Anonymous".to_owned()),
+                })
+            })
+            .collect()
+    }
+
+    pub async fn messages_of_chat(&self, chat_id: i64) -> Result<Vec<MessageRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = $1 ORDER BY id"
+        ))
+        .bind(chat_id)
+        .fetch_all(self.pool())
+        .await
+        .ctx("listing messages")?;
+        rows.iter().map(message_from_row).collect()
+    }
+}

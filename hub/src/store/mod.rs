@@ -1,0 +1,248 @@
+//! The database: one sqlx `Any` pool over SQLite (default) or PostgreSQL, the
+//! embedded migrations, and the queries of each table group in its own file.
+
+mod agents;
+mod channels;
+pub mod chats;
+pub mod events;
+pub mod outbox;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{Any, AnyPool, Executor, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+pub use agents::{Agent, NewAgent};
+pub use channels::{Channel, NewChannel};
+pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
+pub use outbox::{Claimed, NewDelivery, OutboxState};
+
+/// A failed database operation, with what the hub was doing when it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{context}: {source}")]
+    Db {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("migration {version}: {source}")]
+    Migration {
+        version: i64,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot prepare the database directory {path}: {source}")]
+    Directory {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("stored data is malformed: {0}")]
+    Corrupt(String),
+}
+
+/// Attaches context to sqlx errors: `.ctx("inserting a message")?`.
+pub(crate) trait Ctx<T> {
+    fn ctx(self, context: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T> Ctx<T> for Result<T, sqlx::Error> {
+    fn ctx(self, context: &'static str) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError::Db { context, source })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Shared handle to the database.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    /// SQLite allows one writer; taking turns in-process avoids `SQLITE_BUSY`
+    /// on transactions that read before they write.
+    write_turn: Option<Arc<Mutex<()>>>,
+}
+
+/// A write transaction; on SQLite it also holds the process's write turn.
+pub struct WriteTx<'a> {
+    // Field order matters: the transaction must end before the turn is released.
+    pub tx: Transaction<'a, Any>,
+    _turn: Option<MutexGuard<'a, ()>>,
+}
+
+impl WriteTx<'_> {
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await.ctx("committing")
+    }
+}
+
+const SQLITE_MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("../../migrations/sqlite/0001_channel.sql"))];
+
+impl Store {
+    /// Opens (creating if needed) the database at `url` and applies pending migrations.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        };
+        let url = match backend {
+            Backend::Sqlite => prepare_sqlite_url(url)?,
+            Backend::Postgres => url.to_owned(),
+        };
+        let mut options = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 16 })
+            .acquire_timeout(Duration::from_secs(10));
+        if backend == Backend::Sqlite {
+            options = options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                         PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(&url).await.ctx("connecting to the database")?;
+        let store = Store {
+            pool,
+            backend,
+            write_turn: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Starts a transaction that will write.
+    pub async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+        let turn = match &self.write_turn {
+            Some(m) => Some(m.lock().await),
+            None => None,
+        };
+        let tx = self.pool.begin().await.ctx("starting a transaction")?;
+        Ok(WriteTx { tx, _turn: turn })
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let migrations = match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => {
+                return Err(StoreError::Corrupt(
+                    "PostgreSQL storage is not available in this version".to_owned(),
+                ));
+            }
+        };
+        self.pool
+            .execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations \
+                 (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+            )
+            .await
+            .ctx("creating the migrations table")?;
+        for (version, sql) in migrations {
+            let mut w = self.begin_write().await?;
+            let done: Option<(i64,)> =
+                sqlx::query_as("SELECT version FROM schema_migrations WHERE version = $1")
+                    .bind(*version)
+                    .fetch_optional(&mut *w.tx)
+                    .await
+                    .ctx("reading applied migrations")?;
+            if done.is_some() {
+                continue;
+            }
+            sqlx::raw_sql(sql)
+                .execute(&mut *w.tx)
+                .await
+                .map_err(|source| StoreError::Migration { version: *version, source })?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(*version)
+                .bind(crate::clock::now_ms())
+                .execute(&mut *w.tx)
+                .await
+                .ctx("recording a migration")?;
+            w.commit().await?;
+            tracing::info!(version, "applied migration");
+        }
+        Ok(())
+    }
+
+    /// A value of the `settings` table, created with `init` on first use.
+    pub async fn setting_or_init(
+        &self,
+        key: &str,
+        init: impl FnOnce() -> String,
+    ) -> Result<String, StoreError> {
+        let mut w = self.begin_write().await?;
+        let found: Option<(String,)> = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&mut *w.tx)
+            .await
+            .ctx("reading a setting")?;
+        if let Some((value,)) = found {
+            return Ok(value);
+        }
+        let value = init();
+        sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2)")
+            .bind(key)
+            .bind(&value)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("writing a setting")?;
+        w.commit().await?;
+        Ok(value)
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Makes sure the SQLite file's directory exists and that the file is created.
+fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
+    let rest = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let path = rest.split('?').next().unwrap_or_default();
+    if !path.is_empty()
+        && path != ":memory:"
+        && let Some(dir) = std::path::Path::new(path).parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    if url.contains("mode=") {
+        Ok(url.to_owned())
+    } else if url.contains('?') {
+        Ok(format!("{url}&mode=rwc"))
+    } else {
+        Ok(format!("{url}?mode=rwc"))
+    }
+}
+
+/// Reads a 0/1 integer column as a bool.
+pub(crate) fn flag(v: i64) -> bool {
+    v != 0
+}

@@ -1,0 +1,217 @@
+//! The durable outbox: one row per outbound request, written in the same
+//! transaction as the state change that caused it, claimed by the deliverer
+//! under a lease so a crashed attempt is picked up again.
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
+
+use super::{Ctx, Store, StoreError, flag};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl OutboxState {
+    fn as_str(self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Delivered => "delivered",
+            OutboxState::Failed => "failed",
+        }
+    }
+}
+
+/// A request to be made; `order_key` (the chat) serialises rows that share it.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub id: uuid::Uuid,
+    pub event_id: uuid::Uuid,
+    pub kind: String,
+    pub policy: String,
+    pub target_url: String,
+    pub body: String,
+    pub chunked: bool,
+    pub order_key: Option<String>,
+    pub message_id: Option<i64>,
+    pub chat_id: Option<i64>,
+}
+
+/// A row the deliverer holds a lease on.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub seq: i64,
+    pub id: String,
+    pub event_id: String,
+    pub kind: String,
+    pub policy: String,
+    pub target_url: String,
+    pub body: String,
+    pub chunked: bool,
+    pub message_id: Option<i64>,
+    pub chat_id: Option<i64>,
+    pub attempts: i64,
+    pub give_up_at: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+const COLUMNS: &str = "seq, id, event_id, kind, policy, target_url, body, chunked, message_id, \
+     chat_id, attempts, give_up_at, last_error";
+
+fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
+    Ok(Claimed {
+        seq: row.try_get("seq")?,
+        id: row.try_get("id")?,
+        event_id: row.try_get("event_id")?,
+        kind: row.try_get("kind")?,
+        policy: row.try_get("policy")?,
+        target_url: row.try_get("target_url")?,
+        body: row.try_get("body")?,
+        chunked: flag(row.try_get("chunked")?),
+        message_id: row.try_get("message_id")?,
+        chat_id: row.try_get("chat_id")?,
+        attempts: row.try_get("attempts")?,
+        give_up_at: row.try_get("give_up_at")?,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+pub async fn enqueue(
+    conn: &mut AnyConnection,
+    d: &NewDelivery,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, order_key, \
+         message_id, chat_id, state, attempts, next_attempt_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, $11, $11)",
+    )
+    .bind(d.id.to_string())
+    .bind(d.event_id.to_string())
+    .bind(d.kind.as_str())
+    .bind(d.policy.as_str())
+    .bind(d.target_url.as_str())
+    .bind(d.body.as_str())
+    .bind(i64::from(d.chunked))
+    .bind(d.order_key.as_deref())
+    .bind(d.message_id)
+    .bind(d.chat_id)
+    .bind(now)
+    .execute(conn)
+    .await
+    .ctx("queueing a delivery")?;
+    Ok(())
+}
+
+/// Marks a row finished for good.
+pub async fn finish(
+    conn: &mut AnyConnection,
+    id: &str,
+    state: OutboxState,
+    error: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE outbox SET state = $1, last_error = COALESCE($2, last_error), lease_until = NULL, \
+         finished_at = $3 WHERE id = $4",
+    )
+    .bind(state.as_str())
+    .bind(error)
+    .bind(now)
+    .bind(id)
+    .execute(conn)
+    .await
+    .ctx("finishing a delivery")?;
+    Ok(())
+}
+
+impl Store {
+    /// Leases up to `limit` rows that are due and not waiting behind an earlier
+    /// row of the same order key.
+    pub async fn claim_due(
+        &self,
+        now: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM outbox o WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
+             AND (o.lease_until IS NULL OR o.lease_until < $1) \
+             AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
+                             AND p.state = 'pending' AND p.seq < o.seq) \
+             ORDER BY o.seq LIMIT $2"
+        ))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *w.tx)
+        .await
+        .ctx("finding due deliveries")?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let c = from_row(row).ctx("reading a delivery")?;
+            sqlx::query("UPDATE outbox SET lease_until = $1 WHERE seq = $2")
+                .bind(now + lease_ms)
+                .bind(c.seq)
+                .execute(&mut *w.tx)
+                .await
+                .ctx("leasing a delivery")?;
+            claimed.push(c);
+        }
+        w.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Records a failed attempt that will be tried again (or given up) at `next_at`.
+    pub async fn reschedule_delivery(
+        &self,
+        id: &str,
+        attempts: i64,
+        next_at: i64,
+        give_up_at: i64,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE outbox SET attempts = $1, next_attempt_at = $2, give_up_at = $3, \
+             last_error = $4, lease_until = NULL WHERE id = $5",
+        )
+        .bind(attempts)
+        .bind(next_at)
+        .bind(give_up_at)
+        .bind(error)
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await
+        .ctx("rescheduling a delivery")?;
+        w.commit().await
+    }
+
+    /// Gives back leases this process will not use (shutdown), so a restart need not wait.
+    pub async fn release_lease(&self, id: &str) -> Result<(), StoreError> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE outbox SET lease_until = NULL WHERE id = $1 AND state = 'pending'")
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("releasing a lease")?;
+        w.commit().await
+    }
+
+    /// When the next pending row becomes due, if any.
+    pub async fn next_due_at(&self) -> Result<Option<i64>, StoreError> {
+        let row: (Option<i64>,) = sqlx::query_as(
+            "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > next_attempt_at \
+             THEN lease_until ELSE next_attempt_at END) FROM outbox WHERE state = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await
+        .ctx("finding the next due delivery")?;
+        Ok(row.0)
+    }
+}
