@@ -21,7 +21,13 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
     };
     match bearer(&req) {
         Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {}
-        _ => return error(StatusCode::UNAUTHORIZED, "unauthorized", "admin bearer token required"),
+        _ => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "admin bearer token required",
+            );
+        }
     }
     let method = req.method().clone();
     match (method, rest) {
@@ -47,15 +53,24 @@ fn provision_error(e: ProvisionError) -> Resp {
 
 fn store_failure(e: ProvisionError) -> Resp {
     tracing::error!(error = %e, "admin action failed");
-    error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "temporarily unavailable, retry")
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "temporarily unavailable, retry",
+    )
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
     let bytes = read_body(req, app.config.server.max_body_bytes)
         .await
         .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid JSON body: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("invalid JSON body: {e}"),
+        )
+    })
 }
 
 async fn list_channels(app: &App) -> Resp {
@@ -94,7 +109,10 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         agents: b.agents,
     };
     match provisioning::create_channel(&app.store, &spec, false).await {
-        Ok(ch) => json(StatusCode::CREATED, &provisioning::view(ch, &app.base, &app.path_secret)),
+        Ok(ch) => json(
+            StatusCode::CREATED,
+            &provisioning::view(ch, &app.base, &app.path_secret),
+        ),
         Err(e) => provision_error(e),
     }
 }

@@ -52,18 +52,28 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             send_message(app, req, &agent, id).await
         }
         (Method::GET, ["stream"]) => stream(app, &agent).await,
-        (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => method_not_allowed(),
+        (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => {
+            method_not_allowed()
+        }
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
     }
 }
 
 async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp> {
     let Some(token) = bearer(req) else {
-        return Err(error(StatusCode::UNAUTHORIZED, "unauthorized", "a bearer token is required"));
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a bearer token is required",
+        ));
     };
     match app.store.agent_by_token_hash(&token_hash(token)).await {
         Ok(Some(agent)) => Ok(agent),
-        Ok(None) => Err(error(StatusCode::UNAUTHORIZED, "unauthorized", "unknown token")),
+        Ok(None) => Err(error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unknown token",
+        )),
         Err(e) => {
             tracing::error!(error = %e, "agent authentication failed");
             Err(unavailable())
@@ -72,7 +82,11 @@ async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp>
 }
 
 fn unavailable() -> Resp {
-    error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "temporarily unavailable, retry")
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "temporarily unavailable, retry",
+    )
 }
 
 async fn with_chat_id<F, Fut>(id: &str, f: F) -> Resp
@@ -106,12 +120,20 @@ fn core_error(e: CoreError) -> Resp {
 }
 
 /// Parses a JSON body into `T`, answering 400/413 with the reason.
-async fn json_body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
+async fn json_body<T: for<'de> Deserialize<'de>>(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<T, Resp> {
     let body = read_body(req, app.config.server.max_body_bytes)
         .await
         .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
-    serde_json::from_slice(&body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid JSON body: {e}")))
+    serde_json::from_slice(&body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("invalid JSON body: {e}"),
+        )
+    })
 }
 
 #[derive(Deserialize)]
@@ -139,7 +161,11 @@ async fn list_chats(app: &App, req: &Request<Incoming>, agent: &Agent) -> Resp {
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "state=all" || p == "closed=true"));
-    match app.store.chats_for_agent(&agent.email, include_closed, 500).await {
+    match app
+        .store
+        .chats_for_agent(&agent.email, include_closed, 500)
+        .await
+    {
         Ok(chats) => json(StatusCode::OK, &json!({ "chats": chats })),
         Err(e) => {
             tracing::error!(error = %e, "cannot list chats");
@@ -177,7 +203,11 @@ async fn send_message(app: &App, req: Request<Incoming>, agent: &Agent, chat_id:
         Ok(m) => m,
         Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request", e.0),
     };
-    match app.conversations.agent_message(agent, chat_id, message).await {
+    match app
+        .conversations
+        .agent_message(agent, chat_id, message)
+        .await
+    {
         Ok(Some(stored)) => json(StatusCode::CREATED, &json!({ "message": stored })),
         Ok(None) => json(StatusCode::ACCEPTED, &json!({ "result": "ok" })),
         Err(e) => core_error(e),
@@ -199,7 +229,11 @@ async fn stream(app: &App, agent: &Agent) -> Resp {
     let agent_id = agent.id;
     tokio::spawn(async move {
         let mut keepalive = tokio::time::interval(Duration::from_secs(15));
-        if tx.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
             return;
         }
         loop {

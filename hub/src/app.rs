@@ -96,10 +96,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let listen = config.server.listen;
     let listener = TcpListener::bind(listen)
         .await
-        .map_err(|source| StartError::Bind { addr: listen, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr: listen, source })?;
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: listen,
+        source,
+    })?;
     let base = config.public_base(addr);
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
 
@@ -128,5 +132,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));
     let server = tokio::spawn(crate::server::serve(listener, app, shutdown, grace));
     tracing::info!(%addr, base = %base, "listening");
-    Ok(Running { addr, base, store, stop, server, deliverer })
+    Ok(Running {
+        addr,
+        base,
+        store,
+        stop,
+        server,
+        deliverer,
+    })
 }

@@ -12,7 +12,13 @@ use crate::store::Channel;
 use crate::web::{Resp, json, method_not_allowed, read_body, text};
 
 /// Handles `/<random_string>/<public_id>` and `/<random_string>/<public_id>/status`.
-pub async fn handle(app: &App, req: Request<Incoming>, secret: &str, public_id: &str, status: bool) -> Resp {
+pub async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    secret: &str,
+    public_id: &str,
+    status: bool,
+) -> Resp {
     let channel = match find(app, secret, public_id).await {
         Ok(Some(ch)) => ch,
         Ok(None) => return text(StatusCode::NOT_FOUND, "no channel at this address"),
@@ -29,10 +35,16 @@ async fn find(app: &App, secret: &str, public_id: &str) -> Result<Option<Channel
     if !constant_time_eq(secret.as_bytes(), app.path_secret.as_bytes()) {
         return Ok(None);
     }
-    app.store.channel_by_public_id(public_id).await.map_err(|e| {
-        tracing::error!(error = %e, "channel lookup failed");
-        text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
-    })
+    app.store
+        .channel_by_public_id(public_id)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "channel lookup failed");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily unavailable, retry",
+            )
+        })
 }
 
 async fn availability(app: &App, channel: &Channel) -> Resp {
@@ -40,7 +52,10 @@ async fn availability(app: &App, channel: &Channel) -> Resp {
         Ok(online) => text(StatusCode::OK, if online { "1" } else { "0" }),
         Err(e) => {
             tracing::error!(error = %e, channel = channel.id, "status lookup failed");
-            text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily unavailable, retry",
+            )
         }
     }
 }
@@ -62,7 +77,10 @@ async fn customer_message(app: &App, req: Request<Incoming>, channel: &Channel) 
         Err(CoreError::NotFound) => text(StatusCode::NOT_FOUND, "no channel at this address"),
         Err(e) => {
             tracing::error!(error = %e, channel = channel.id, "customer message not stored");
-            text(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, retry")
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily unavailable, retry",
+            )
         }
     }
 }

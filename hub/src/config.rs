@@ -113,7 +113,9 @@ impl Default for ServerConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: default_database_url() }
+        StorageConfig {
+            url: default_database_url(),
+        }
     }
 }
 
@@ -139,7 +141,10 @@ pub enum ConfigError {
     #[error("{file}: {message}")]
     Parse { file: PathBuf, message: String },
     #[error("{}", .problems.iter().map(|p| format!("{}: {p}", .file.display())).collect::<Vec<_>>().join("\n"))]
-    Invalid { file: PathBuf, problems: Vec<String> },
+    Invalid {
+        file: PathBuf,
+        problems: Vec<String>,
+    },
 }
 
 /// Environment variables that override the file, for deployment.
@@ -178,7 +183,9 @@ impl Config {
         if let Some(listen) = get(ENV_LISTEN) {
             self.server.listen = listen.parse().map_err(|_| ConfigError::Invalid {
                 file: file.to_owned(),
-                problems: vec![format!("{ENV_LISTEN}: `{listen}` is not an address like 0.0.0.0:8080")],
+                problems: vec![format!(
+                    "{ENV_LISTEN}: `{listen}` is not an address like 0.0.0.0:8080"
+                )],
             })?;
         }
         if let Some(url) = get(ENV_PUBLIC_URL) {
@@ -204,8 +211,7 @@ impl Config {
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes: must be at least 1024".to_owned());
         }
-        if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres"))
-        {
+        if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres")) {
             problems.push(format!(
                 "storage.url: `{}` is neither sqlite://… nor postgres://…",
                 self.storage.url
@@ -226,7 +232,10 @@ impl Config {
                 problems.push(format!("channels[{i}].name: must not be empty"));
             }
             if !names.insert(ch.name.as_str()) {
-                problems.push(format!("channels[{i}].name: `{}` is declared twice", ch.name));
+                problems.push(format!(
+                    "channels[{i}].name: `{}` is declared twice",
+                    ch.name
+                ));
             }
             if !is_http_url(&ch.customer_endpoint) {
                 problems.push(format!(
@@ -245,7 +254,10 @@ impl Config {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError::Invalid { file: file.to_owned(), problems })
+            Err(ConfigError::Invalid {
+                file: file.to_owned(),
+                problems,
+            })
         }
     }
 
@@ -300,7 +312,11 @@ mod tests {
             agents = ["nobody"]
         "#;
         let file = Path::new("hub.toml");
-        let err = Config::parse(text, file).unwrap().validate(file).unwrap_err().to_string();
+        let err = Config::parse(text, file)
+            .unwrap()
+            .validate(file)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("channels[0].customer_endpoint"), "{err}");
         assert!(err.contains("channels[1].name"), "{err}");
         assert!(err.contains("channels[1].agents[0]"), "{err}");

@@ -54,7 +54,12 @@ pub struct Conversations {
 
 impl Conversations {
     pub fn new(store: Store, live: Live, pipeline: Pipeline, kick: Kick) -> Arc<Conversations> {
-        Arc::new(Conversations { store, live, pipeline, kick })
+        Arc::new(Conversations {
+            store,
+            live,
+            pipeline,
+            kick,
+        })
     }
 
     /// A customer message or typing notification from the integrator.
@@ -72,7 +77,9 @@ impl Conversations {
             .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
         let event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
         let span = event.span();
-        self.ingest_customer_event(channel, event).instrument(span).await
+        self.ingest_customer_event(channel, event)
+            .instrument(span)
+            .await
     }
 
     async fn ingest_customer_event(
@@ -99,7 +106,10 @@ impl Conversations {
         let (chat, opened) = match existing {
             Some(chat) => (Some(chat), false),
             None if typing => (None, false),
-            None => (Some(insert_chat(&mut w.tx, channel.id, client.id, now).await?), true),
+            None => (
+                Some(insert_chat(&mut w.tx, channel.id, client.id, now).await?),
+                true,
+            ),
         };
         let stored = match (&chat, typing) {
             (Some(chat), false) => {
@@ -129,10 +139,18 @@ impl Conversations {
 
         if let Some(chat) = &chat {
             if opened {
-                self.publish(chat, "chat.opened", json!({ "chat": chat, "client": client_view(&client) }));
+                self.publish(
+                    chat,
+                    "chat.opened",
+                    json!({ "chat": chat, "client": client_view(&client) }),
+                );
             }
             match &stored {
-                Some(m) => self.publish(chat, "chat.message", json!({ "message": m, "client": client_view(&client) })),
+                Some(m) => self.publish(
+                    chat,
+                    "chat.message",
+                    json!({ "message": m, "client": client_view(&client) }),
+                ),
                 None => self.publish(
                     chat,
                     "chat.typing",
@@ -140,12 +158,18 @@ impl Conversations {
                 ),
             }
         }
-        Ok(Ingested::Stored { chat_id: chat.map(|c| c.id) })
+        Ok(Ingested::Stored {
+            chat_id: chat.map(|c| c.id),
+        })
     }
 
     /// A chat the agent may see, or `NotFound` (also for chats of other channels).
     pub async fn visible_chat(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
+        let chat = self
+            .store
+            .chat_by_id(chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
         let channels = self.store.agent_channel_ids(&agent.email).await?;
         if channels.contains(&chat.channel_id) {
             Ok(chat)
@@ -159,16 +183,33 @@ impl Conversations {
         match (chat.state, chat.agent_id) {
             (ChatState::Accepted, Some(id)) if id == agent.id => return Ok(chat),
             (ChatState::Accepted, _) => {
-                return Err(CoreError::Conflict("the chat was accepted by another agent".into()));
+                return Err(CoreError::Conflict(
+                    "the chat was accepted by another agent".into(),
+                ));
             }
             (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
             (ChatState::Open, _) => {}
         }
         let mut w = self.store.begin_write().await?;
-        set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now_ms()).await?;
+        set_chat_state(
+            &mut w.tx,
+            chat.id,
+            ChatState::Accepted,
+            Some(agent.id),
+            now_ms(),
+        )
+        .await?;
         w.commit().await?;
-        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
-        self.publish(&chat, "chat.accepted", json!({ "chat": chat, "agent_id": agent.id }));
+        let chat = self
+            .store
+            .chat_by_id(chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        self.publish(
+            &chat,
+            "chat.accepted",
+            json!({ "chat": chat, "agent_id": agent.id }),
+        );
         Ok(chat)
     }
 
@@ -177,15 +218,32 @@ impl Conversations {
         match (chat.state, chat.agent_id) {
             (ChatState::Closed, _) => return Ok(chat),
             (ChatState::Accepted, Some(id)) if id != agent.id => {
-                return Err(CoreError::Conflict("the chat belongs to another agent".into()));
+                return Err(CoreError::Conflict(
+                    "the chat belongs to another agent".into(),
+                ));
             }
             _ => {}
         }
         let mut w = self.store.begin_write().await?;
-        set_chat_state(&mut w.tx, chat.id, ChatState::Closed, Some(agent.id), now_ms()).await?;
+        set_chat_state(
+            &mut w.tx,
+            chat.id,
+            ChatState::Closed,
+            Some(agent.id),
+            now_ms(),
+        )
+        .await?;
         w.commit().await?;
-        let chat = self.store.chat_by_id(chat_id).await?.ok_or(CoreError::NotFound)?;
-        self.publish(&chat, "chat.closed", json!({ "chat": chat, "agent_id": agent.id }));
+        let chat = self
+            .store
+            .chat_by_id(chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        self.publish(
+            &chat,
+            "chat.closed",
+            json!({ "chat": chat, "agent_id": agent.id }),
+        );
         Ok(chat)
     }
 
@@ -201,7 +259,9 @@ impl Conversations {
         match (chat.state, chat.agent_id) {
             (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
             (ChatState::Accepted, Some(id)) if id != agent.id => {
-                return Err(CoreError::Conflict("the chat belongs to another agent".into()));
+                return Err(CoreError::Conflict(
+                    "the chat belongs to another agent".into(),
+                ));
             }
             _ => {}
         }
@@ -210,43 +270,73 @@ impl Conversations {
             .channel_by_id(chat.channel_id)
             .await?
             .ok_or(CoreError::NotFound)?;
-        let client = self.store.client_by_id(chat.client_id).await?.ok_or(CoreError::NotFound)?;
+        let client = self
+            .store
+            .client_by_id(chat.client_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
         let typing = message.is_typing();
         let uid = Uuid::now_v7().to_string();
         let mut message = message;
         message.set_label(uid.clone());
         let wire = AgentMessage {
-            sender: AgentSender { name: agent.name.clone(), photo: agent.photo.clone() },
-            recipient: Recipient { id: client.external_id.clone() },
+            sender: AgentSender {
+                name: agent.name.clone(),
+                photo: agent.photo.clone(),
+            },
+            recipient: Recipient {
+                id: client.external_id.clone(),
+            },
             message,
         };
-        let kind = if typing { EventKind::AGENT_TYPING } else { EventKind::AGENT_MESSAGE };
+        let kind = if typing {
+            EventKind::AGENT_TYPING
+        } else {
+            EventKind::AGENT_MESSAGE
+        };
         let payload = serde_json::to_value(&wire)
             .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
         let event = Event::new(kind, Direction::Out, payload)
             .on_channel(channel.id)
             .in_chat(chat.id);
         let span = event.span();
-        self.send_agent_event(OutgoingAgentEvent { agent, chat, channel, uid, typing, event })
-            .instrument(span)
-            .await
+        self.send_agent_event(OutgoingAgentEvent {
+            agent,
+            chat,
+            channel,
+            uid,
+            typing,
+            event,
+        })
+        .instrument(span)
+        .await
     }
 
     async fn send_agent_event(
         &self,
         out: OutgoingAgentEvent<'_>,
     ) -> Result<Option<MessageRow>, CoreError> {
-        let OutgoingAgentEvent { agent, chat, channel, uid, typing, event } = out;
+        let OutgoingAgentEvent {
+            agent,
+            chat,
+            channel,
+            uid,
+            typing,
+            event,
+        } = out;
         let event = match self.pipeline.run(event).await {
             Flow::Continue(e) => e,
             Flow::Drop { event, reason } => {
                 tracing::info!(%reason, "agent message dropped");
                 self.store.record_event(&event).await?;
-                return Err(CoreError::Conflict(format!("dropped by a plugin: {reason}")));
+                return Err(CoreError::Conflict(format!(
+                    "dropped by a plugin: {reason}"
+                )));
             }
         };
-        let wire: AgentMessage = serde_json::from_value(event.payload.clone())
-            .map_err(|e| CoreError::Invalid(format!("a plugin produced an invalid message: {e}")))?;
+        let wire: AgentMessage = serde_json::from_value(event.payload.clone()).map_err(|e| {
+            CoreError::Invalid(format!("a plugin produced an invalid message: {e}"))
+        })?;
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
         if chat.state == ChatState::Open {
@@ -278,7 +368,12 @@ impl Conversations {
             id: Uuid::now_v7(),
             event_id: event.id,
             kind: event.kind.as_str().to_owned(),
-            policy: if typing { POLICY_TYPING } else { POLICY_CHANNEL }.to_owned(),
+            policy: if typing {
+                POLICY_TYPING
+            } else {
+                POLICY_CHANNEL
+            }
+            .to_owned(),
             target_url: format!(
                 "{}/{}",
                 channel.customer_endpoint.trim_end_matches('/'),
@@ -298,7 +393,11 @@ impl Conversations {
             let mut accepted = chat.clone();
             accepted.state = ChatState::Accepted;
             accepted.agent_id = Some(agent.id);
-            self.publish(&accepted, "chat.accepted", json!({ "chat": accepted, "agent_id": agent.id }));
+            self.publish(
+                &accepted,
+                "chat.accepted",
+                json!({ "chat": accepted, "agent_id": agent.id }),
+            );
         }
         if let Some(m) = &stored {
             self.publish(&chat, "chat.message", json!({ "message": m }));
@@ -307,7 +406,12 @@ impl Conversations {
     }
 
     fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
-        self.live.publish(LiveEvent { kind, channel_id: chat.channel_id, chat_id: chat.id, data });
+        self.live.publish(LiveEvent {
+            kind,
+            channel_id: chat.channel_id,
+            chat_id: chat.id,
+            data,
+        });
     }
 }
 
@@ -320,9 +424,11 @@ impl Finisher for Conversations {
         Box::pin(async move {
             let (state, outbox_state, error) = match result {
                 Final::Delivered => (DeliveryState::Delivered, OutboxState::Delivered, None),
-                Final::Failed(reason) => {
-                    (DeliveryState::Failed, OutboxState::Failed, Some(reason.as_str()))
-                }
+                Final::Failed(reason) => (
+                    DeliveryState::Failed,
+                    OutboxState::Failed,
+                    Some(reason.as_str()),
+                ),
             };
             let chat = match row.chat_id {
                 Some(id) => self.store.chat_by_id(id).await?,

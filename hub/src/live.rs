@@ -20,7 +20,9 @@ pub struct Live {
 
 impl Default for Live {
     fn default() -> Self {
-        Live { tx: broadcast::channel(4096).0 }
+        Live {
+            tx: broadcast::channel(4096).0,
+        }
     }
 }
 

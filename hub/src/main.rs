@@ -10,7 +10,11 @@ use hub::provisioning::{self, ChannelSpec};
 use hub::store::Store;
 
 #[derive(Parser)]
-#[command(name = "hub", version, about = "Self-hosted conversation integration hub")]
+#[command(
+    name = "hub",
+    version,
+    about = "Self-hosted conversation integration hub"
+)]
 struct Cli {
     /// Configuration file.
     #[arg(long, global = true, default_value = "hub.toml")]
@@ -155,8 +159,19 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
     let secret = provisioning::path_secret(&store).await?;
     let base = config.public_base(config.server.listen);
     match cmd {
-        ChannelCommand::Create { name, endpoint, chunked, agents, json } => {
-            let spec = ChannelSpec { name, customer_endpoint: endpoint, chunked, agents };
+        ChannelCommand::Create {
+            name,
+            endpoint,
+            chunked,
+            agents,
+            json,
+        } => {
+            let spec = ChannelSpec {
+                name,
+                customer_endpoint: endpoint,
+                chunked,
+                agents,
+            };
             let ch = provisioning::create_channel(&store, &spec, false).await?;
             let view = provisioning::view(ch, &base, &secret);
             if json {
@@ -197,7 +212,12 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
 async fn agent(config: Config, cmd: AgentCommand) -> Result<()> {
     let store = open_store(&config).await?;
     match cmd {
-        AgentCommand::Create { name, email, photo, json } => {
+        AgentCommand::Create {
+            name,
+            email,
+            photo,
+            json,
+        } => {
             let (agent, token) =
                 provisioning::create_agent(&store, &name, &email, photo.as_deref()).await?;
             if json {

@@ -52,7 +52,9 @@ impl ChannelSpec {
             )));
         }
         if let Some(bad) = self.agents.iter().find(|a| !a.contains('@')) {
-            return Err(ProvisionError::Invalid(format!("agent `{bad}` is not an e-mail address")));
+            return Err(ProvisionError::Invalid(format!(
+                "agent `{bad}` is not an e-mail address"
+            )));
         }
         Ok(())
     }
@@ -121,14 +123,22 @@ pub async fn create_channel(
 
 /// Creates the channels of `hub.toml` that do not exist yet and updates the others;
 /// identifiers of existing channels never change.
-pub async fn sync_declared(store: &Store, declared: &[ChannelConfig]) -> Result<(), ProvisionError> {
+pub async fn sync_declared(
+    store: &Store,
+    declared: &[ChannelConfig],
+) -> Result<(), ProvisionError> {
     for c in declared {
         let spec = ChannelSpec::from(c);
         match store.channel_by_name(&c.name).await? {
             Some(existing) => {
                 spec.validate()?;
                 store
-                    .update_declared_channel(existing.id, &c.customer_endpoint, c.chunked, &c.agents)
+                    .update_declared_channel(
+                        existing.id,
+                        &c.customer_endpoint,
+                        c.chunked,
+                        &c.agents,
+                    )
                     .await?;
             }
             None => {
@@ -151,17 +161,28 @@ pub async fn create_agent(
         return Err(ProvisionError::Invalid("name must not be empty".into()));
     }
     if !email.contains('@') {
-        return Err(ProvisionError::Invalid(format!("`{email}` is not an e-mail address")));
+        return Err(ProvisionError::Invalid(format!(
+            "`{email}` is not an e-mail address"
+        )));
     }
     if let Some(p) = photo
         && !is_http_url(p)
     {
-        return Err(ProvisionError::Invalid(format!("photo `{p}` is not an http(s) URL")));
+        return Err(ProvisionError::Invalid(format!(
+            "photo `{p}` is not an http(s) URL"
+        )));
     }
     let token = agent_token();
     let agent = store
-        .insert_agent(NewAgent { name, email, photo, token_hash: &token_hash(&token) })
+        .insert_agent(NewAgent {
+            name,
+            email,
+            photo,
+            token_hash: &token_hash(&token),
+        })
         .await?
-        .ok_or_else(|| ProvisionError::Duplicate(format!("an agent with e-mail `{email}` exists already")))?;
+        .ok_or_else(|| {
+            ProvisionError::Duplicate(format!("an agent with e-mail `{email}` exists already"))
+        })?;
     Ok((agent, token))
 }

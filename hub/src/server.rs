@@ -54,7 +54,10 @@ pub async fn serve(
         }
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after the shutdown grace");
     }
 }

@@ -38,7 +38,10 @@ pub fn text(status: StatusCode, body: impl Into<String>) -> Resp {
 pub fn json(status: StatusCode, value: &impl Serialize) -> Resp {
     match serde_json::to_vec(value) {
         Ok(bytes) => with_type(status, "application/json", full(bytes)),
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the answer: {e}")),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the answer: {e}"),
+        ),
     }
 }
 

@@ -425,7 +425,9 @@ fn required_coordinate(
         // Coordinates copied from a form often arrive as strings.
         Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
         None | Some(Value::Null) => {
-            return Err(invalid(format!("message.{key} is required for type location")));
+            return Err(invalid(format!(
+                "message.{key} is required for type location"
+            )));
         }
         Some(_) => None,
     };
@@ -444,7 +446,9 @@ fn require_http_url(path: &str, url: &str) -> Result<(), InvalidMessage> {
         .or_else(|| lower.strip_prefix("http://"));
     match rest {
         Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
-        _ => Err(invalid(format!("{path} must be an http:// or https:// URL"))),
+        _ => Err(invalid(format!(
+            "{path} must be an http:// or https:// URL"
+        ))),
     }
 }
 
@@ -468,7 +472,9 @@ mod tests {
     fn text_is_cut_by_characters() {
         let long: String = "ж".repeat(1500);
         let m = parse(json!({"sender":{"id":1},"message":{"type":"text","text":long}})).unwrap();
-        let Message::Text(t) = m.message else { panic!("not text") };
+        let Message::Text(t) = m.message else {
+            panic!("not text")
+        };
         assert_eq!(t.text.chars().count(), 1000);
     }
 
@@ -496,7 +502,10 @@ mod tests {
             json!({"type":"location","latitude":1}),
             json!({"type":"gif"}),
         ] {
-            assert!(parse(json!({"sender":{"id":1},"message":bad})).is_err(), "{bad}");
+            assert!(
+                parse(json!({"sender":{"id":1},"message":bad})).is_err(),
+                "{bad}"
+            );
         }
     }
 
@@ -508,11 +517,19 @@ mod tests {
 
     #[test]
     fn agent_message_wire_form() {
-        let mut message = Message::Text(Text { id: None, text: "hello".into() });
+        let mut message = Message::Text(Text {
+            id: None,
+            text: "hello".into(),
+        });
         message.set_label("m-1".into());
         let out = AgentMessage {
-            sender: AgentSender { name: "Ann".into(), photo: None },
-            recipient: Recipient { id: ExternalId::Int(5) },
+            sender: AgentSender {
+                name: "Ann".into(),
+                photo: None,
+            },
+            recipient: Recipient {
+                id: ExternalId::Int(5),
+            },
             message,
         };
         assert_eq!(
@@ -520,7 +537,8 @@ mod tests {
             json!({"sender":{"name":"Ann"},"recipient":{"id":5},
                    "message":{"type":"text","id":"m-1","text":"hello"}})
         );
-        let back: AgentMessage = serde_json::from_value(serde_json::to_value(&out).unwrap()).unwrap();
+        let back: AgentMessage =
+            serde_json::from_value(serde_json::to_value(&out).unwrap()).unwrap();
         assert_eq!(back, out);
     }
 }

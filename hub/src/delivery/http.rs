@@ -207,10 +207,16 @@ mod tests {
 
     #[test]
     fn answers_are_classified_as_the_spec_says() {
-        assert_eq!(classify(StatusCode::OK, br#"{"result":"ok"}"#), Attempt::Delivered);
+        assert_eq!(
+            classify(StatusCode::OK, br#"{"result":"ok"}"#),
+            Attempt::Delivered
+        );
         assert_eq!(classify(StatusCode::OK, b""), Attempt::Delivered);
         assert_eq!(
-            classify(StatusCode::OK, br#"{"error":{"code":3,"message":"user blocked"}}"#),
+            classify(
+                StatusCode::OK,
+                br#"{"error":{"code":3,"message":"user blocked"}}"#
+            ),
             Attempt::Rejected("user blocked".into())
         );
         assert_eq!(
@@ -221,6 +227,9 @@ mod tests {
             classify(StatusCode::NOT_FOUND, b""),
             Attempt::Rejected("HTTP 404 Not Found".into())
         );
-        assert!(matches!(classify(StatusCode::BAD_GATEWAY, b""), Attempt::Transient(_)));
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, b""),
+            Attempt::Transient(_)
+        ));
     }
 }

@@ -70,7 +70,13 @@ impl Deliverer {
         finisher: Arc<dyn Finisher>,
         kick: Kick,
     ) -> Arc<Deliverer> {
-        Arc::new(Deliverer { store, sender, policies, finisher, kick })
+        Arc::new(Deliverer {
+            store,
+            sender,
+            policies,
+            finisher,
+            kick,
+        })
     }
 
     /// Runs until `shutdown` turns true, then waits up to `grace` for attempts in
@@ -100,10 +106,10 @@ impl Deliverer {
                 }
             }
             let wait = match self.store.next_due_at().await {
-                Ok(Some(at)) => Duration::from_millis(
-                    u64::try_from(at - now_ms()).unwrap_or(0).max(5),
-                )
-                .min(IDLE_POLL),
+                Ok(Some(at)) => {
+                    Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0).max(5))
+                        .min(IDLE_POLL)
+                }
                 Ok(None) => IDLE_POLL,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read the outbox");
@@ -135,7 +141,10 @@ impl Deliverer {
                     tracing::warn!(delivery = %id, error = %e, "cannot release a lease");
                 }
             }
-            tracing::warn!(cut_off = rows.len(), "shutdown grace ran out with deliveries in flight");
+            tracing::warn!(
+                cut_off = rows.len(),
+                "shutdown grace ran out with deliveries in flight"
+            );
         }
     }
 

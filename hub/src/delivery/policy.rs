@@ -33,7 +33,10 @@ impl Policies {
             interval: c.retry_interval(),
             timeout: c.attempt_timeout(),
         };
-        let typing = RetryPolicy { attempts: 1, ..channel };
+        let typing = RetryPolicy {
+            attempts: 1,
+            ..channel
+        };
         Policies {
             by_name: HashMap::from([(POLICY_CHANNEL, channel), (POLICY_TYPING, typing)]),
             fallback: channel,

@@ -52,18 +52,27 @@ impl Store {
         .fetch_optional(&mut *w.tx)
         .await
         .ctx("inserting an agent")?;
-        let agent = row.as_ref().map(from_row).transpose().ctx("reading an agent")?;
+        let agent = row
+            .as_ref()
+            .map(from_row)
+            .transpose()
+            .ctx("reading an agent")?;
         w.commit().await?;
         Ok(agent)
     }
 
     pub async fn agent_by_token_hash(&self, hash: &str) -> Result<Option<Agent>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM agents WHERE token_hash = $1"))
-            .bind(hash)
-            .fetch_optional(self.pool())
-            .await
-            .ctx("authenticating an agent")?;
-        row.as_ref().map(from_row).transpose().ctx("reading an agent")
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM agents WHERE token_hash = $1"
+        ))
+        .bind(hash)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("authenticating an agent")?;
+        row.as_ref()
+            .map(from_row)
+            .transpose()
+            .ctx("reading an agent")
     }
 
     pub async fn agent_by_id(&self, id: i64) -> Result<Option<Agent>, StoreError> {
@@ -72,7 +81,10 @@ impl Store {
             .fetch_optional(self.pool())
             .await
             .ctx("looking up an agent")?;
-        row.as_ref().map(from_row).transpose().ctx("reading an agent")
+        row.as_ref()
+            .map(from_row)
+            .transpose()
+            .ctx("reading an agent")
     }
 
     pub async fn list_agents(&self) -> Result<Vec<Agent>, StoreError> {
@@ -80,7 +92,10 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx("listing agents")?;
-        rows.iter().map(from_row).collect::<Result<_, _>>().ctx("reading an agent")
+        rows.iter()
+            .map(from_row)
+            .collect::<Result<_, _>>()
+            .ctx("reading an agent")
     }
 
     pub async fn set_agent_online(&self, id: i64, online: bool) -> Result<(), StoreError> {

@@ -127,11 +127,13 @@ impl Store {
         &self,
         public_id: &str,
     ) -> Result<Option<Channel>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM channels WHERE public_id = $1"))
-            .bind(public_id)
-            .fetch_optional(self.pool())
-            .await
-            .ctx("looking up a channel")?;
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM channels WHERE public_id = $1"
+        ))
+        .bind(public_id)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("looking up a channel")?;
         self.with_agents(row).await
     }
 

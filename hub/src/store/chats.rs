@@ -327,7 +327,9 @@ pub async fn set_chat_state(
             "UPDATE chats SET state = $1, agent_id = COALESCE(agent_id, $2), closed_at = $3 \
              WHERE id = $4"
         }
-        ChatState::Open => "UPDATE chats SET state = $1, agent_id = $2, opened_at = $3 WHERE id = $4",
+        ChatState::Open => {
+            "UPDATE chats SET state = $1, agent_id = $2, opened_at = $3 WHERE id = $4"
+        }
     };
     sqlx::query(sql)
         .bind(state.as_str())
@@ -367,11 +369,13 @@ impl Store {
     }
 
     pub async fn client_by_id(&self, id: i64) -> Result<Option<Client>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {CLIENT_COLUMNS} FROM clients WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await
-            .ctx("looking up a client")?;
+        let row = sqlx::query(&format!(
+            "SELECT {CLIENT_COLUMNS} FROM clients WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("looking up a client")?;
         row.as_ref().map(client_from_row).transpose()
     }
 
@@ -382,7 +386,11 @@ impl Store {
         include_closed: bool,
         limit: i64,
     ) -> Result<Vec<ChatSummary>, StoreError> {
-        let filter = if include_closed { "" } else { "AND c.state <> 'closed'" };
+        let filter = if include_closed {
+            ""
+        } else {
+            "AND c.state <> 'closed'"
+        };
         let rows = sqlx::query(&format!(
             "SELECT c.id, c.channel_id, c.client_id, c.state, c.agent_id, c.opened_at, \
              c.accepted_at, c.closed_at, c.last_message_at, ch.name AS channel_name, \
@@ -399,7 +407,8 @@ impl Store {
         .ctx("listing chats")?;
         rows.iter()
             .map(|row| {
-                let client_name: Option<String> = row.try_get("client_name").ctx("reading a chat")?;
+                let client_name: Option<String> =
+                    row.try_get("client_name").ctx("reading a chat")?;
                 Ok(ChatSummary {
                     chat: chat_from_row(row)?,
                     channel: row.try_get("channel_name").ctx("reading a chat")?,

@@ -115,7 +115,10 @@ impl Store {
                 })
             });
         }
-        let pool = options.connect(&url).await.ctx("connecting to the database")?;
+        let pool = options
+            .connect(&url)
+            .await
+            .ctx("connecting to the database")?;
         let store = Store {
             pool,
             backend,
@@ -173,7 +176,10 @@ impl Store {
             sqlx::raw_sql(sql)
                 .execute(&mut *w.tx)
                 .await
-                .map_err(|source| StoreError::Migration { version: *version, source })?;
+                .map_err(|source| StoreError::Migration {
+                    version: *version,
+                    source,
+                })?;
             sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
                 .bind(*version)
                 .bind(crate::clock::now_ms())

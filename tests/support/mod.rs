@@ -1,0 +1,614 @@
+//! Test harness: a hub on 127.0.0.1:0 with a temporary SQLite file, a real
+//! loopback HTTP server playing the integrator, an SSE reader for the agent
+//! stream, and a `hub` child process for tests that kill or signal it.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hub::app::Running;
+use hub::config::Config;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// Settings of a test hub; delays default to fast values, tests of the spec's
+/// timing set them back to 3 s.
+#[derive(Clone)]
+pub struct HubOptions {
+    pub attempts: u32,
+    pub retry_interval_ms: u64,
+    pub attempt_timeout_ms: u64,
+    pub max_body_bytes: usize,
+    pub shutdown_grace_ms: u64,
+    /// Extra TOML appended to the file, e.g. `[[channels]]` tables.
+    pub extra_toml: String,
+}
+
+impl Default for HubOptions {
+    fn default() -> Self {
+        HubOptions {
+            attempts: 3,
+            retry_interval_ms: 300,
+            attempt_timeout_ms: 300,
+            max_body_bytes: 65536,
+            shutdown_grace_ms: 5000,
+            extra_toml: String::new(),
+        }
+    }
+}
+
+/// Writes a `hub.toml` for a test into `dir` and returns its path.
+pub fn write_config(dir: &Path, opts: &HubOptions, listen: &str) -> PathBuf {
+    let db = dir.join("hub.db");
+    let text = format!(
+        "[server]\nlisten = \"{listen}\"\nmax_body_bytes = {}\nshutdown_grace_ms = {}\n\n\
+         [storage]\nurl = \"sqlite://{}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n\
+         [delivery]\nattempts = {}\nretry_interval_ms = {}\nattempt_timeout_ms = {}\n\n{}\n",
+        opts.max_body_bytes,
+        opts.shutdown_grace_ms,
+        db.display(),
+        opts.attempts,
+        opts.retry_interval_ms,
+        opts.attempt_timeout_ms,
+        opts.extra_toml,
+    );
+    let path = dir.join("hub.toml");
+    std::fs::write(&path, text).expect("write test config");
+    path
+}
+
+/// A hub running in this process.
+pub struct TestHub {
+    pub running: Option<Running>,
+    pub base: String,
+    pub dir: tempfile::TempDir,
+    pub opts: HubOptions,
+    pub http: reqwest::Client,
+}
+
+impl TestHub {
+    pub async fn start() -> TestHub {
+        TestHub::start_with(HubOptions::default()).await
+    }
+
+    pub async fn start_with(opts: HubOptions) -> TestHub {
+        let dir = tempfile::tempdir().expect("temp dir");
+        TestHub::start_in(dir, opts).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, opts: HubOptions) -> TestHub {
+        let path = write_config(dir.path(), &opts, "127.0.0.1:0");
+        let config = Config::load(&path).expect("test config loads");
+        let running = hub::app::start(config).await.expect("hub starts");
+        TestHub {
+            base: running.base_url().to_owned(),
+            running: Some(running),
+            dir,
+            opts,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Stops the hub gracefully and starts it again on the same database.
+    pub async fn restart(mut self) -> TestHub {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+        TestHub::start_in(self.dir, self.opts).await
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+
+    pub fn store(&self) -> &hub::store::Store {
+        self.running.as_ref().expect("hub running").store()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn admin_post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("admin request")
+    }
+
+    pub async fn create_agent(&self, name: &str, email: &str) -> TestAgent {
+        let resp = self
+            .admin_post("/admin/v1/agents", json!({ "name": name, "email": email }))
+            .await;
+        assert_eq!(resp.status(), 201, "agent creation");
+        let v: Value = resp.json().await.expect("agent json");
+        TestAgent {
+            id: v["id"].as_i64().expect("agent id"),
+            token: v["token"].as_str().expect("agent token").to_owned(),
+            base: self.base.clone(),
+            http: self.http.clone(),
+        }
+    }
+
+    pub async fn create_channel(
+        &self,
+        name: &str,
+        endpoint: &str,
+        chunked: bool,
+        agents: &[&str],
+    ) -> TestChannel {
+        let resp = self
+            .admin_post(
+                "/admin/v1/channels",
+                json!({ "name": name, "customer_endpoint": endpoint, "chunked": chunked,
+                        "agents": agents }),
+            )
+            .await;
+        assert_eq!(resp.status(), 201, "channel creation");
+        let v: Value = resp.json().await.expect("channel json");
+        TestChannel {
+            public_id: v["public_id"].as_str().expect("public_id").to_owned(),
+            endpoint_url: v["endpoint_url"].as_str().expect("endpoint_url").to_owned(),
+            status_url: v["status_url"].as_str().expect("status_url").to_owned(),
+            raw: v,
+        }
+    }
+
+    /// Posts a customer message body as-is (a JSON value) to the channel.
+    pub async fn customer(&self, ch: &TestChannel, body: Value) -> (u16, String) {
+        let resp = self
+            .http
+            .post(&ch.endpoint_url)
+            .header("content-type", "application/json; charset=utf-8")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("customer request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
+    }
+
+    /// A text message from customer `id`.
+    pub async fn say(&self, ch: &TestChannel, id: Value, text: &str) {
+        let (status, body) = self
+            .customer(
+                ch,
+                json!({ "sender": { "id": id }, "message": { "type": "text", "text": text } }),
+            )
+            .await;
+        assert_eq!(status, 200, "customer message refused: {body}");
+    }
+}
+
+pub struct TestChannel {
+    pub public_id: String,
+    pub endpoint_url: String,
+    pub status_url: String,
+    pub raw: Value,
+}
+
+#[derive(Clone)]
+pub struct TestAgent {
+    pub id: i64,
+    pub token: String,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl TestAgent {
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("agent request");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("agent request");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn set_online(&self, online: bool) {
+        let (status, _) = self
+            .send(
+                reqwest::Method::PUT,
+                "/agent/v1/status",
+                Some(json!({ "online": online })),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+
+    pub async fn chats(&self) -> Vec<Value> {
+        let (status, v) = self.get("/agent/v1/chats").await;
+        assert_eq!(status, 200);
+        v["chats"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub async fn chat(&self, id: i64) -> Value {
+        let (status, v) = self.get(&format!("/agent/v1/chats/{id}")).await;
+        assert_eq!(status, 200, "chat {id}: {v}");
+        v
+    }
+
+    /// Sends a text reply and returns the stored message.
+    pub async fn reply(&self, chat_id: i64, text: &str) -> Value {
+        let (status, v) = self
+            .post(
+                &format!("/agent/v1/chats/{chat_id}/messages"),
+                json!({ "type": "text", "text": text }),
+            )
+            .await;
+        assert_eq!(status, 201, "reply refused: {v}");
+        v["message"].clone()
+    }
+
+    pub async fn stream(&self) -> Sse {
+        Sse::connect(&format!("{}/agent/v1/stream", self.base), &self.token).await
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the integrator answers to one request.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::json(200, r#"{"result":"ok"}"#)
+    }
+    pub fn json(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            body: body.to_owned(),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn delayed(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A request the integrator received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+    pub at: Instant,
+}
+
+impl Recorded {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("integrator got JSON")
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn is_chunked(&self) -> bool {
+        self.header("transfer-encoding")
+            .is_some_and(|v| v.contains("chunked"))
+    }
+}
+
+struct IntegratorState {
+    requests: Vec<Recorded>,
+    script: VecDeque<Reply>,
+    default: Reply,
+}
+
+/// The integrator's endpoint: a real HTTP server on loopback that records every
+/// request and answers from a script (then with a default reply).
+#[derive(Clone)]
+pub struct Integrator {
+    pub url: String,
+    pub addr: SocketAddr,
+    state: Arc<Mutex<IntegratorState>>,
+    arrived: Arc<Notify>,
+}
+
+impl Integrator {
+    pub async fn start() -> Integrator {
+        Integrator::start_on("127.0.0.1:0").await
+    }
+
+    pub async fn start_on(addr: &str) -> Integrator {
+        let listener = TcpListener::bind(addr).await.expect("bind integrator");
+        let addr = listener.local_addr().expect("integrator addr");
+        let integrator = Integrator {
+            url: format!("http://{addr}/hub"),
+            addr,
+            state: Arc::new(Mutex::new(IntegratorState {
+                requests: Vec::new(),
+                script: VecDeque::new(),
+                default: Reply::ok(),
+            })),
+            arrived: Arc::new(Notify::new()),
+        };
+        let this = integrator.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let this = this.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let this = this.clone();
+                        async move { Ok::<_, Infallible>(this.answer(req).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        integrator
+    }
+
+    async fn answer(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> http::Response<Full<Bytes>> {
+        let (parts, body) = req.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let reply = {
+            let mut st = self.state.lock().expect("integrator state");
+            st.requests.push(Recorded {
+                path: parts.uri.path().to_owned(),
+                headers: parts.headers,
+                body,
+                at: Instant::now(),
+            });
+            st.script.pop_front().unwrap_or_else(|| st.default.clone())
+        };
+        self.arrived.notify_waiters();
+        if !reply.delay.is_zero() {
+            tokio::time::sleep(reply.delay).await;
+        }
+        let mut resp = http::Response::new(Full::new(Bytes::from(reply.body)));
+        *resp.status_mut() = http::StatusCode::from_u16(reply.status).expect("status");
+        resp.headers_mut().insert(
+            "content-type",
+            http::HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+
+    /// Queues replies for the next requests.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.lock().expect("state").script.extend(replies);
+    }
+
+    pub fn set_default(&self, reply: Reply) {
+        self.state.lock().expect("state").default = reply;
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().expect("state").requests.clone()
+    }
+
+    /// Waits until at least `n` requests arrived and returns them all.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.arrived.notified();
+            let got = self.requests();
+            if got.len() >= n {
+                return got;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "integrator got {} of {n} requests",
+                got.len()
+            );
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+}
+
+/// A reader of the agent's Server-Sent Events stream.
+pub struct Sse {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Sse {
+    pub async fn connect(url: &str, token: &str) -> Sse {
+        let resp = reqwest::Client::new()
+            .get(url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("stream request");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("text/event-stream")
+        );
+        Sse {
+            stream: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event (name, data), or `None` if none comes within `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<(String, Value)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            while let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut name = None;
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        name = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if let Some(name) = name {
+                    return Some((
+                        name,
+                        serde_json::from_str(&data).expect("event data is JSON"),
+                    ));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Skips events until one named `name` arrives.
+    pub async fn expect(&mut self, name: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left).await {
+                Some((n, data)) if n == name => return data,
+                Some(_) => continue,
+                None => panic!("no `{name}` event within {timeout:?}"),
+            }
+        }
+    }
+}
+
+/// A `hub serve` child process.
+pub struct HubProcess {
+    pub child: Child,
+    pub base: String,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl HubProcess {
+    /// Starts `hub serve --config <config>` and waits for its `listening` line.
+    pub fn spawn(config: &Path) -> HubProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hub"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hub");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening addr=") {
+                    let addr = line[i + "listening addr=".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let _ = tx.send(addr);
+                }
+                sink.lock().expect("lines").push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("hub did not start: {:?}", lines.lock().map(|l| l.clone())));
+        HubProcess {
+            child,
+            base: format!("http://{addr}"),
+            stderr: lines,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+}
+
+impl Drop for HubProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
