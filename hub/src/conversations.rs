@@ -16,7 +16,9 @@ use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_T
 use crate::event::{Direction, Event, EventKind};
 use crate::live::{Live, LiveEvent};
 use crate::pipeline::{Flow, Pipeline};
-use crate::store::chats::{NewMessage, insert_chat, insert_message, live_chat_of_client};
+use crate::store::chats::{
+    NewMessage, chat_in_tx, insert_chat, insert_message, live_chat_of_client,
+};
 use crate::store::chats::{set_chat_state, set_message_delivery, upsert_client};
 use crate::store::events::insert_event;
 use crate::store::outbox::{enqueue, finish};
@@ -179,7 +181,13 @@ impl Conversations {
     }
 
     pub async fn accept(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        let chat = self.visible_chat(agent, chat_id).await?;
+        self.visible_chat(agent, chat_id).await?;
+        // Decide on the state read under the write turn, so that two agents
+        // accepting at once cannot both win.
+        let mut w = self.store.begin_write().await?;
+        let chat = chat_in_tx(&mut w.tx, chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
         match (chat.state, chat.agent_id) {
             (ChatState::Accepted, Some(id)) if id == agent.id => return Ok(chat),
             (ChatState::Accepted, _) => {
@@ -190,7 +198,6 @@ impl Conversations {
             (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
             (ChatState::Open, _) => {}
         }
-        let mut w = self.store.begin_write().await?;
         set_chat_state(
             &mut w.tx,
             chat.id,
@@ -214,7 +221,11 @@ impl Conversations {
     }
 
     pub async fn close(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        let chat = self.visible_chat(agent, chat_id).await?;
+        self.visible_chat(agent, chat_id).await?;
+        let mut w = self.store.begin_write().await?;
+        let chat = chat_in_tx(&mut w.tx, chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
         match (chat.state, chat.agent_id) {
             (ChatState::Closed, _) => return Ok(chat),
             (ChatState::Accepted, Some(id)) if id != agent.id => {
@@ -224,7 +235,6 @@ impl Conversations {
             }
             _ => {}
         }
-        let mut w = self.store.begin_write().await?;
         set_chat_state(
             &mut w.tx,
             chat.id,
@@ -256,15 +266,7 @@ impl Conversations {
         message: Message,
     ) -> Result<Option<MessageRow>, CoreError> {
         let chat = self.visible_chat(agent, chat_id).await?;
-        match (chat.state, chat.agent_id) {
-            (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
-            (ChatState::Accepted, Some(id)) if id != agent.id => {
-                return Err(CoreError::Conflict(
-                    "the chat belongs to another agent".into(),
-                ));
-            }
-            _ => {}
-        }
+        writable_by(&chat, agent)?;
         let channel = self
             .store
             .channel_by_id(chat.channel_id)
@@ -339,6 +341,12 @@ impl Conversations {
         })?;
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
+        // Check again under the write turn: another agent may have accepted
+        // or closed the chat since it was read.
+        let chat = chat_in_tx(&mut w.tx, chat.id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        writable_by(&chat, agent)?;
         if chat.state == ChatState::Open {
             set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
         }
@@ -457,6 +465,17 @@ impl Finisher for Conversations {
             }
             Ok(())
         })
+    }
+}
+
+/// Refuses a message to a closed chat or to one another agent accepted.
+fn writable_by(chat: &Chat, agent: &Agent) -> Result<(), CoreError> {
+    match (chat.state, chat.agent_id) {
+        (ChatState::Closed, _) => Err(CoreError::Conflict("the chat is closed".into())),
+        (ChatState::Accepted, Some(id)) if id != agent.id => Err(CoreError::Conflict(
+            "the chat belongs to another agent".into(),
+        )),
+        _ => Ok(()),
     }
 }
 

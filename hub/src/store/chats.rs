@@ -255,6 +255,20 @@ pub async fn live_chat_of_client(
     row.as_ref().map(chat_from_row).transpose()
 }
 
+/// A chat read inside a write transaction: on SQLite the caller holds the write
+/// turn, so a decision taken on this state cannot race another writer.
+pub async fn chat_in_tx(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+) -> Result<Option<Chat>, StoreError> {
+    let row = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id = $1"))
+        .bind(chat_id)
+        .fetch_optional(conn)
+        .await
+        .ctx("looking up a chat")?;
+    row.as_ref().map(chat_from_row).transpose()
+}
+
 pub async fn insert_chat(
     conn: &mut AnyConnection,
     channel_id: i64,
