@@ -273,11 +273,9 @@ fn parse_sender(mut s: Map<String, Value>) -> Result<CustomerSender, InvalidMess
         url: opt_string(&mut s, "sender.url", "url")?,
         invite: opt_string(&mut s, "sender.invite", "invite")?,
     };
-    if let Some(photo) = &sender.photo {
-        require_http_url("sender.photo", photo)?;
-    }
     // Blank profile fields carry no information; treat them as absent.
     for field in [
+        &mut sender.photo,
         &mut sender.name,
         &mut sender.phone,
         &mut sender.email,
@@ -287,6 +285,9 @@ fn parse_sender(mut s: Map<String, Value>) -> Result<CustomerSender, InvalidMess
         if field.as_deref().is_some_and(|v| v.trim().is_empty()) {
             *field = None;
         }
+    }
+    if let Some(photo) = &sender.photo {
+        require_http_url("sender.photo", photo)?;
     }
     Ok(sender)
 }
@@ -507,6 +508,19 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn blank_profile_fields_are_absent() {
+        let m = parse(json!({"sender":{"id":1,"photo":"","name":" "},
+            "message":{"type":"text","text":"hi"}}))
+        .unwrap();
+        assert_eq!((m.sender.photo, m.sender.name), (None, None));
+        assert!(
+            parse(json!({"sender":{"id":1,"photo":"ftp://x"},
+            "message":{"type":"text","text":"hi"}}))
+            .is_err()
+        );
     }
 
     #[test]
