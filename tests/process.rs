@@ -1,2 +1,452 @@
-//! placeholder
+//! The real `hub` binary: a crash and a SIGTERM in the middle of deliveries,
+//! the `check`, `channel` and `agent` commands, and the `HUB_*` environment overrides.
 mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{
+    ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Reply, TestAgent, TestChannel, eventually,
+    write_config,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+const AGENT_EMAIL: &str = "ann@example.com";
+
+/// Runs `hub --config <config> <args…>` to its end, with extra environment.
+fn hub_cli(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hub"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hub")
+}
+
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The JSON a successful command printed.
+fn json_out(o: &Output) -> Value {
+    assert!(o.status.success(), "hub failed: {}", stderr_of(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+/// A fresh directory with a `hub.toml` listening on a free port.
+fn setup(opts: &HubOptions) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(dir.path(), opts, "127.0.0.1:0");
+    (dir, config)
+}
+
+/// `hub serve` on `config`, once it listens.
+async fn serve(config: &Path) -> HubProcess {
+    let config = config.to_owned();
+    tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
+        .await
+        .expect("spawn hub")
+}
+
+/// Waits for the process to exit on its own.
+async fn exit_of(p: &mut HubProcess, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = p.child.try_wait().expect("wait for hub") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hub still running after {timeout:?}:\n{}",
+            p.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn admin_create(base: &str, what: &str, body: Value) -> Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/admin/v1/{what}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("admin request");
+    assert_eq!(resp.status(), 201, "creating {what}");
+    resp.json().await.expect("admin json")
+}
+
+fn agent_at(base: &str, token: &str) -> TestAgent {
+    TestAgent {
+        id: 0,
+        token: token.to_owned(),
+        base: base.to_owned(),
+        http: reqwest::Client::new(),
+    }
+}
+
+/// An agent and a channel to `endpoint` made through the hub's admin API, and a
+/// chat opened by customer 7; returns the agent, the chat id and the channel.
+async fn open_chat(base: &str, endpoint: &str) -> (TestAgent, i64, TestChannel) {
+    let agent = admin_create(
+        base,
+        "agents",
+        json!({ "name": "Ann", "email": AGENT_EMAIL }),
+    )
+    .await;
+    let ch = admin_create(
+        base,
+        "channels",
+        json!({ "name": "shop", "customer_endpoint": endpoint, "agents": [AGENT_EMAIL] }),
+    )
+    .await;
+    let str_of = |k: &str| ch[k].as_str().expect("channel field").to_owned();
+    let ch = TestChannel {
+        public_id: str_of("public_id"),
+        endpoint_url: str_of("endpoint_url"),
+        status_url: str_of("status_url"),
+        raw: ch,
+    };
+    say(&ch.endpoint_url, "hello").await;
+    let agent = agent_at(base, agent["token"].as_str().expect("token"));
+    let chats = agent.chats().await;
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    (agent, chats[0]["id"].as_i64().expect("chat id"), ch)
+}
+
+/// Customer 7 writes `text` to the channel endpoint at `url`.
+async fn say(url: &str, text: &str) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json; charset=utf-8")
+        .body(
+            json!({ "sender": { "id": 7 }, "message": { "type": "text", "text": text } })
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("customer request");
+    assert_eq!(resp.status(), 200);
+}
+
+/// The delivery state of the message `uid` in the chat view.
+async fn delivery_of(agent: &TestAgent, chat_id: i64, uid: &Value) -> Value {
+    agent.chat(chat_id).await["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["uid"] == *uid))
+        .map(|m| m["delivery"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_in_the_middle_of_retries_resends_the_same_delivery() {
+    let (_dir, config) = setup(&HubOptions {
+        attempts: 3,
+        retry_interval_ms: 1000,
+        attempt_timeout_ms: 1000,
+        ..HubOptions::default()
+    });
+    let integrator = Integrator::start().await;
+    integrator.set_default(Reply::json(500, "down"));
+    let mut first = serve(&config).await;
+    let (agent, chat_id, _ch) = open_chat(&first.base, &integrator.url).await;
+    let sent = agent.reply(chat_id, "survive this").await;
+    let attempt1 = integrator.wait_for(1, WAIT).await.remove(0);
+    first.kill();
+
+    integrator.set_default(Reply::ok());
+    let seen = integrator.requests().len();
+    let second = serve(&config).await;
+    let agent = TestAgent {
+        base: second.base.clone(),
+        ..agent
+    };
+    let resent = integrator.wait_for(seen + 1, WAIT).await.remove(seen);
+    assert!(
+        attempt1.header("x-hub-delivery").is_some()
+            && resent.header("x-hub-delivery") == attempt1.header("x-hub-delivery"),
+        "the delivery id changed across the crash: {:?} then {:?}",
+        attempt1.header("x-hub-delivery"),
+        resent.header("x-hub-delivery")
+    );
+    assert_eq!(resent.json()["message"]["id"], sent["uid"]);
+    assert_eq!(resent.body, attempt1.body);
+    let agent_ref = &agent;
+    let uid = &sent["uid"];
+    eventually(WAIT, "delivered after the restart", || async move {
+        (delivery_of(agent_ref, chat_id, uid).await == "delivered").then_some(())
+    })
+    .await;
+    // Nothing is sent again once it was delivered.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        integrator.requests().len(),
+        seen + 1,
+        "sent again after success"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_delivery_in_flight_finish() {
+    let grace_ms = 5000;
+    let (_dir, config) = setup(&HubOptions {
+        attempt_timeout_ms: 4000,
+        shutdown_grace_ms: grace_ms,
+        ..HubOptions::default()
+    });
+    let integrator = Integrator::start().await;
+    integrator.script([Reply::ok().delayed(Duration::from_millis(1500))]);
+    let mut hub = serve(&config).await;
+    let (agent, chat_id, _ch) = open_chat(&hub.base, &integrator.url).await;
+    let sent = agent.reply(chat_id, "before the stop").await;
+    integrator.wait_for(1, WAIT).await;
+
+    let stop = Instant::now();
+    hub.terminate();
+    let status = exit_of(&mut hub, Duration::from_millis(grace_ms + 5000)).await;
+    let took = stop.elapsed();
+    assert!(status.success(), "exit {status:?}:\n{}", hub.log());
+    assert!(
+        took >= Duration::from_millis(1000),
+        "exited {took:?} after SIGTERM, before the integrator answered"
+    );
+    assert!(
+        took <= Duration::from_millis(grace_ms + 1000),
+        "exit took {took:?}"
+    );
+    assert!(!hub.log().contains("grace ran out"), "{}", hub.log());
+
+    // The answer was recorded: after a restart the message is delivered and not re-sent.
+    let again = serve(&config).await;
+    let agent = TestAgent {
+        base: again.base.clone(),
+        ..agent
+    };
+    assert_eq!(
+        delivery_of(&agent, chat_id, &sent["uid"]).await,
+        "delivered"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(integrator.requests().len(), 1, "re-sent after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hub_check_names_every_problem_and_the_file() {
+    let (dir, good) = setup(&HubOptions::default());
+    let o = hub_cli(&good, &["check"], &[]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok"));
+
+    let unknown = dir.path().join("bad.toml");
+    std::fs::write(&unknown, "[server]\nlisen = \"127.0.0.1:8080\"\n").expect("write");
+    let o = hub_cli(&unknown, &["check"], &[]);
+    assert!(!o.status.success(), "an unknown key passed");
+    let err = stderr_of(&o);
+    assert!(err.contains("lisen"), "{err}");
+    assert!(err.contains(&unknown.display().to_string()), "{err}");
+
+    let two = dir.path().join("two.toml");
+    std::fs::write(
+        &two,
+        "[[channels]]\nname = \"shop\"\ncustomer_endpoint = \"ftp://files.example.com\"\n\
+         agents = [\"ann.example.com\"]\n",
+    )
+    .expect("write");
+    let o = hub_cli(&two, &["check"], &[]);
+    assert!(!o.status.success(), "two problems passed");
+    let err = stderr_of(&o);
+    for needle in [
+        "channels[0].customer_endpoint",
+        "ftp://files.example.com",
+        "channels[0].agents[0]",
+        "ann.example.com",
+        two.display().to_string().as_str(),
+    ] {
+        assert!(err.contains(needle), "`{needle}` missing from:\n{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn channels_and_agents_made_on_the_command_line_work() {
+    let (_dir, config) = setup(&HubOptions::default());
+    let created = json_out(&hub_cli(
+        &config,
+        &[
+            "channel",
+            "create",
+            "--name",
+            "shop",
+            "--endpoint",
+            "https://integrator.example.com/hub",
+            "--agent",
+            AGENT_EMAIL,
+            "--chunked",
+            "--json",
+        ],
+        &[],
+    ));
+    assert_eq!(created["name"], "shop");
+    assert_eq!(
+        created["customer_endpoint"],
+        "https://integrator.example.com/hub"
+    );
+    assert_eq!(created["chunked"], true);
+    assert_eq!(created["agents"], json!([AGENT_EMAIL]));
+    let public_id = created["public_id"].as_str().expect("public_id");
+    let endpoint_url = created["endpoint_url"].as_str().expect("endpoint_url");
+    assert!(endpoint_url.starts_with("http://"), "{endpoint_url}");
+    assert!(
+        endpoint_url.ends_with(&format!("/{public_id}")),
+        "{endpoint_url}"
+    );
+    assert_eq!(created["status_url"], format!("{endpoint_url}/status"));
+
+    let listed = json_out(&hub_cli(&config, &["channel", "list", "--json"], &[]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["public_id"], public_id);
+    assert_eq!(listed[0]["endpoint_url"], endpoint_url);
+
+    let agent = json_out(&hub_cli(
+        &config,
+        &[
+            "agent",
+            "create",
+            "--name",
+            "Ann",
+            "--email",
+            AGENT_EMAIL,
+            "--json",
+        ],
+        &[],
+    ));
+    assert_eq!(agent["email"], AGENT_EMAIL);
+    let token = agent["token"].as_str().expect("token");
+    assert!(token.len() >= 16, "{token}");
+    let agents = json_out(&hub_cli(&config, &["agent", "list", "--json"], &[]));
+    assert_eq!(agents[0]["email"], AGENT_EMAIL);
+    assert!(
+        agents[0].get("token").is_none(),
+        "the token was shown again"
+    );
+
+    let o = hub_cli(
+        &config,
+        &[
+            "channel",
+            "create",
+            "--name",
+            "files",
+            "--endpoint",
+            "ftp://files.example.com",
+        ],
+        &[],
+    );
+    assert!(!o.status.success(), "a non-http endpoint was accepted");
+    let err = stderr_of(&o);
+    assert!(
+        err.contains("ftp://files.example.com") && err.contains("http"),
+        "{err}"
+    );
+    let listed = json_out(&hub_cli(&config, &["channel", "list", "--json"], &[]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+
+    // The served hub knows both: customer messages reach the CLI-made agent.
+    let hub = serve(&config).await;
+    let path_at = endpoint_url
+        .get("http://".len()..)
+        .and_then(|rest| rest.find('/'))
+        .map(|i| i + "http://".len())
+        .expect("a path in the endpoint URL");
+    say(
+        &format!("{}{}", hub.base, &endpoint_url[path_at..]),
+        "via the CLI channel",
+    )
+    .await;
+    let agent = agent_at(&hub.base, token);
+    let chats = agent.chats().await;
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    assert_eq!(chats[0]["channel"], "shop");
+}
+
+/// `hub serve` with `HUB_*` variables set; ready once `/healthz` answers at `listen`.
+async fn serve_with_env(config: &Path, listen: &str, env: &[(&str, &str)]) -> HubProcess {
+    let log = std::fs::File::create(config.with_file_name("serve.log")).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_hub"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hub");
+    let base = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    let health = format!("{base}/healthz");
+    eventually(WAIT, "hub serve at the HUB_LISTEN address", || {
+        let req = http.get(&health).send();
+        async move { req.await.ok().filter(|r| r.status() == 200).map(|_| ()) }
+    })
+    .await;
+    HubProcess {
+        child,
+        base,
+        stderr: Arc::new(Mutex::new(Vec::new())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn environment_overrides_are_honoured_by_serve() {
+    let (dir, config) = setup(&HubOptions::default());
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .to_string();
+    let other_db = dir.path().join("other.db");
+    let other_url = format!("sqlite://{}", other_db.display());
+    let env = [
+        ("HUB_LISTEN", listen.as_str()),
+        ("HUB_DATABASE_URL", other_url.as_str()),
+    ];
+    let mut hub = serve_with_env(&config, &listen, &env).await;
+    let ch = admin_create(
+        &hub.base,
+        "channels",
+        json!({ "name": "env-shop", "customer_endpoint": "https://integrator.example.com/hub" }),
+    )
+    .await;
+    let endpoint_url = ch["endpoint_url"].as_str().unwrap_or_default();
+    assert!(
+        endpoint_url.starts_with(&format!("http://{listen}/")),
+        "{endpoint_url}"
+    );
+    hub.kill();
+
+    assert!(other_db.exists(), "HUB_DATABASE_URL was not used");
+    let names = |o: &Output| -> Vec<Value> {
+        json_out(o)
+            .as_array()
+            .map(|a| a.iter().map(|c| c["name"].clone()).collect())
+            .unwrap_or_default()
+    };
+    let in_file_db = names(&hub_cli(&config, &["channel", "list", "--json"], &[]));
+    assert!(
+        in_file_db.is_empty(),
+        "the channel went to the file's database: {in_file_db:?}"
+    );
+    let in_env_db = names(&hub_cli(
+        &config,
+        &["channel", "list", "--json"],
+        &[("HUB_DATABASE_URL", other_url.as_str())],
+    ));
+    assert_eq!(in_env_db, vec![json!("env-shop")]);
+}

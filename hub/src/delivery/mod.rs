@@ -190,6 +190,12 @@ impl Deliverer {
                 tracing::warn!(attempt = attempt_no, %reason, "rejected by the receiver");
                 self.finisher.finish(row, &Final::Failed(reason)).await
             }
+            Attempt::Transient(reason) if attempt_no >= max && row.message_id.is_none() => {
+                // No message waits for this result (typing): waiting for the
+                // give-up time would only hold up the rest of the chat's queue.
+                tracing::warn!(attempt = attempt_no, %reason, "delivery failed for good");
+                self.finisher.finish(row, &Final::Failed(reason)).await
+            }
             Attempt::Transient(reason) => {
                 let interval = i64::try_from(policy.interval.as_millis()).unwrap_or(i64::MAX / 4);
                 let give_up_at = row.give_up_at.unwrap_or(started + interval * max);
