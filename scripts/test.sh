@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace on a fresh machine: installs what the suite
-# needs, then runs unit and end-to-end tests.
+# Runs every test of the project on a fresh machine: installs what the suite
+# needs (the wasm32-wasip2 target), builds the plugins, runs their native unit
+# tests, then the hub's unit and end-to-end tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Nothing beyond the Rust toolchain is needed yet: the suite's database is an
-# embedded SQLite file and its integrators are loopback HTTP servers.
+# The suite's database is an embedded SQLite file and its integrators, CRMs
+# and bots are loopback HTTP servers: nothing else to install.
+./scripts/build-plugins.sh
+./scripts/test-plugins.sh
 cargo test --workspace --locked "$@"

@@ -450,3 +450,101 @@ async fn environment_overrides_are_honoured_by_serve() {
     ));
     assert_eq!(in_env_db, vec![json!("env-shop")]);
 }
+
+/// A config with the redact plugin wired on customer messages.
+fn redact_options() -> HubOptions {
+    HubOptions {
+        extra_toml: support::plugin_toml("redact", "redact", "", "")
+            + &support::route_toml("\"channel.customer_message\"", "\"redact\"", "skip"),
+        ..HubOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn hub_check_loads_every_plugin_and_names_the_broken_ones() {
+    let (dir, config) = setup(&redact_options());
+    let ok = hub_cli(&config, &["check"], &[]);
+    assert!(ok.status.success(), "{}", stderr_of(&ok));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("ok (1 plugins)"));
+
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm not really").expect("write junk");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        format!(
+            "{text}\n[[plugins]]\nname = \"junk\"\npath = \"junk.wasm\"\n\n\
+             [[plugins]]\nname = \"gone\"\npath = \"gone.wasm\"\n"
+        ),
+    )
+    .expect("write config");
+    let bad = hub_cli(&config, &["check"], &[]);
+    assert!(!bad.status.success());
+    let err = stderr_of(&bad);
+    assert!(err.contains("plugin `junk`") && err.contains("not a usable component"), "{err}");
+    assert!(err.contains("plugin `gone`") && err.contains("gone.wasm"), "{err}");
+}
+
+#[tokio::test]
+async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
+    let (dir, config) = setup(&redact_options());
+    let event = dir.path().join("event.json");
+    std::fs::write(
+        &event,
+        json!({ "kind": "channel.customer_message",
+                "payload": { "sender": { "id": 1 },
+                             "message": { "type": "text", "text": "write to bob@example.com" } } })
+        .to_string(),
+    )
+    .expect("write event");
+    let event = event.to_str().expect("utf-8 path");
+
+    let by_name = json_out(&hub_cli(&config, &["plugin", "test", "redact", "--event", event], &[]));
+    assert_eq!(by_name["outcome"], "continue");
+    assert_eq!(by_name["changed"], true);
+    assert_eq!(by_name["payload"]["message"]["text"], "write to [email]");
+
+    let fault = support::plugin_wasm("fault");
+    let fault = fault.to_str().expect("utf-8 path");
+    let by_path = json_out(&hub_cli(
+        &config,
+        &["plugin", "test", fault, "--event", event,
+          "--plugin-config", r#"{"fault": "drop", "reason": "not today"}"#],
+        &[],
+    ));
+    assert_eq!(by_path["outcome"], "drop");
+    assert_eq!(by_path["reason"], "not today");
+
+    let trapped = hub_cli(
+        &config,
+        &["plugin", "test", fault, "--event", event, "--plugin-config", r#"{"fault": "trap"}"#],
+        &[],
+    );
+    assert!(!trapped.status.success());
+    assert!(stderr_of(&trapped).contains("(trap)"), "{}", stderr_of(&trapped));
+}
+
+#[tokio::test]
+async fn sighup_reloads_plugins_without_a_restart() {
+    let integrator = Integrator::start().await;
+    let (_dir, config) = setup(&HubOptions::default());
+    let hub = serve(&config).await;
+    let (agent, chat, ch) = open_chat(&hub.base, &integrator.url).await;
+
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text}\n{}", redact_options().extra_toml))
+        .expect("write config");
+    let status = Command::new("kill")
+        .args(["-HUP", &hub.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    eventually(WAIT, "the reload", || async {
+        hub.log().contains("reloaded").then_some(())
+    })
+    .await;
+    say(&ch.endpoint_url, "mail bob@example.com").await;
+    let view = agent.chat(chat).await;
+    assert_eq!(view["messages"][1]["body"]["text"], "mail [email]", "{view}");
+    assert!(hub.log().contains("plugins loaded"), "{}", hub.log());
+}

@@ -38,6 +38,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             Err(e) => store_failure(e.into()),
         },
         (Method::POST, ["agents"]) => create_agent(app, req).await,
+        (Method::GET, ["plugins"]) => list_plugins(app),
         (_, ["channels"] | ["agents"]) => method_not_allowed(),
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
     }
@@ -139,4 +140,44 @@ async fn create_agent(app: &App, req: Request<Incoming>) -> Resp {
         ),
         Err(e) => provision_error(e),
     }
+}
+
+/// Loaded plugins with their limits, grants and counters.
+fn list_plugins(app: &App) -> Resp {
+    let wiring = app.wiring.current();
+    let counters = app.runtime.counters().snapshot();
+    let mut plugins: Vec<_> = wiring
+        .plugins
+        .values()
+        .map(|p| {
+            let limits = p.limits();
+            json!({
+                "name": p.name(),
+                "sha256": p.digest(),
+                "timeout_ms": limits.timeout.as_millis() as u64,
+                "memory_mb": limits.memory_bytes >> 20,
+                "max_output_bytes": limits.max_output_bytes,
+                "max_host_calls": limits.max_host_calls,
+                "kv": p.kv_enabled(),
+                "counters": counters.get(p.name()),
+            })
+        })
+        .collect();
+    plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let routes: Vec<_> = wiring
+        .routes
+        .iter()
+        .map(|r| {
+            json!({
+                "events": r.events,
+                "channels": r.channels,
+                "plugins": r.plugins.iter().map(|p| p.name()).collect::<Vec<_>>(),
+                "on_error": match r.on_error {
+                    crate::config::OnError::Skip => "skip",
+                    crate::config::OnError::Reject => "reject",
+                },
+            })
+        })
+        .collect();
+    json(StatusCode::OK, &json!({ "plugins": plugins, "routes": routes }))
 }

@@ -112,6 +112,7 @@ fn core_error(e: CoreError) -> Resp {
         CoreError::NotFound => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
         CoreError::Conflict(m) => error(StatusCode::CONFLICT, "conflict", m),
         CoreError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_request", m),
+        CoreError::Unavailable(m) => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
         CoreError::Store(e) => {
             tracing::error!(error = %e, "agent action failed");
             unavailable()

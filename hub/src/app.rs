@@ -9,13 +9,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::conversations::Conversations;
 use crate::delivery::{Deliverer, HttpSender, Kick, Policies};
 use crate::live::Live;
 use crate::pipeline::Pipeline;
 use crate::provisioning::{self, ProvisionError};
+use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{Store, StoreError};
+use crate::wiring::{Wiring, WiringHandle};
 
 /// What every request handler can reach.
 pub struct App {
@@ -23,6 +25,8 @@ pub struct App {
     pub store: Store,
     pub live: Live,
     pub conversations: Arc<Conversations>,
+    pub runtime: Runtime,
+    pub wiring: WiringHandle,
     /// Public base URL, no trailing slash.
     pub base: String,
     /// The installation's random path segment of channel endpoints.
@@ -46,6 +50,49 @@ pub enum StartError {
     Provision(#[from] ProvisionError),
     #[error(transparent)]
     Tls(#[from] crate::delivery::TlsSetupError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("plugins:\n  {}", .0.join("\n  "))]
+    Plugins(Vec<String>),
+}
+
+/// Why a reload kept the old wiring.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the configuration was not loaded from a file")]
+    NoFile,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("plugins:\n  {}", .0.join("\n  "))]
+    Plugins(Vec<String>),
+}
+
+/// What loading plugins needs, kept for reloads.
+#[derive(Clone)]
+struct Loader {
+    runtime: Runtime,
+    store: Store,
+    sender: HttpSender,
+}
+
+impl Loader {
+    /// Compiles on a blocking thread: compiling is CPU work that must not
+    /// stall request handling.
+    async fn load(&self, config: Config) -> Result<Wiring, Vec<String>> {
+        let this = self.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            Wiring::load(&config, &this.runtime, &this.store, &this.sender)
+        })
+        .await;
+        let (wiring, loaded) = match joined {
+            Ok(result) => result?,
+            Err(e) => return Err(vec![format!("plugin loading stopped: {e}")]),
+        };
+        if !loaded.compiled.is_empty() || !loaded.cached.is_empty() {
+            tracing::info!(compiled = ?loaded.compiled, cached = ?loaded.cached, routes = wiring.routes.len(), "plugins loaded");
+        }
+        Ok(wiring)
+    }
 }
 
 /// A started hub.
@@ -53,6 +100,9 @@ pub struct Running {
     addr: SocketAddr,
     base: String,
     store: Store,
+    source: Option<std::path::PathBuf>,
+    loader: Loader,
+    wiring: WiringHandle,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     deliverer: JoinHandle<()>,
@@ -71,6 +121,17 @@ impl Running {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Reads the configuration file again and puts its plugins, routes and
+    /// destinations in force. On any error the old ones stay.
+    pub async fn reload(&self) -> Result<(), ReloadError> {
+        let file = self.source.as_deref().ok_or(ReloadError::NoFile)?;
+        let config = Config::load(file)?;
+        let wiring = self.loader.load(config).await.map_err(ReloadError::Plugins)?;
+        self.wiring.replace(wiring);
+        tracing::info!(file = %file.display(), "plugins, routes and destinations reloaded");
+        Ok(())
     }
 
     /// Stops intake, lets in-flight requests and deliveries finish within the
@@ -107,24 +168,45 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let base = config.public_base(addr);
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
 
+    let sender = HttpSender::new()?;
+    let runtime = Runtime::new(
+        config.resolve(&config.runtime.cache_dir),
+        config.runtime.max_concurrent_calls,
+    )?;
+    let loader = Loader {
+        runtime: runtime.clone(),
+        store: store.clone(),
+        sender: sender.clone(),
+    };
+    let wiring = WiringHandle::new(
+        loader
+            .load(config.clone())
+            .await
+            .map_err(StartError::Plugins)?,
+    );
+
     let (stop, shutdown) = watch::channel(false);
     let live = Live::default();
     let kick = Kick::default();
-    let pipeline = Pipeline::default();
+    let pipeline = Arc::new(Pipeline::new(wiring.clone(), store.clone()));
     let conversations = Conversations::new(store.clone(), live.clone(), pipeline, kick.clone());
     let deliverer = Deliverer::new(
         store.clone(),
-        HttpSender::new()?,
+        sender,
         Policies::from_config(&config.delivery),
+        wiring.clone(),
         conversations.clone(),
         kick,
     );
+    let source = config.source.clone();
     let app = Arc::new(App {
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
         config: Arc::new(config),
         store: store.clone(),
         live,
         conversations,
+        runtime,
+        wiring: wiring.clone(),
         base: base.clone(),
         path_secret,
         shutdown: shutdown.clone(),
@@ -136,6 +218,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         addr,
         base,
         store,
+        source,
+        loader,
+        wiring,
         stop,
         server,
         deliverer,

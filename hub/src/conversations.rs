@@ -13,9 +13,10 @@ use uuid::Uuid;
 
 use crate::clock::now_ms;
 use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING};
+use crate::pipeline::FORWARD_KIND;
 use crate::event::{Direction, Event, EventKind};
 use crate::live::{Live, LiveEvent};
-use crate::pipeline::{Flow, Pipeline};
+use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
 use crate::store::chats::{
     NewMessage, chat_in_tx, insert_chat, insert_message, live_chat_of_client,
 };
@@ -36,6 +37,9 @@ pub enum CoreError {
     Conflict(String),
     #[error("{0}")]
     Invalid(String),
+    /// Refused for now (a plugin failed on a route that rejects); the sender may retry.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -50,12 +54,17 @@ pub enum Ingested {
 pub struct Conversations {
     store: Store,
     live: Live,
-    pipeline: Pipeline,
+    pipeline: Arc<Pipeline>,
     kick: Kick,
 }
 
 impl Conversations {
-    pub fn new(store: Store, live: Live, pipeline: Pipeline, kick: Kick) -> Arc<Conversations> {
+    pub fn new(
+        store: Store,
+        live: Live,
+        pipeline: Arc<Pipeline>,
+        kick: Kick,
+    ) -> Arc<Conversations> {
         Arc::new(Conversations {
             store,
             live,
@@ -89,15 +98,23 @@ impl Conversations {
         channel: &Channel,
         event: Event,
     ) -> Result<Ingested, CoreError> {
-        let mut event = match self.pipeline.run(event).await {
-            Flow::Continue(e) => e,
-            Flow::Drop { event, reason } => {
+        let routed = self.pipeline.run(event).await;
+        let reply = match routed.verdict {
+            Verdict::Continue => None,
+            Verdict::Reply(ref reply) => Some(reply.clone()),
+            Verdict::Reject(reason) => {
+                tracing::warn!(%reason, "customer message refused");
+                return Err(CoreError::Unavailable(reason));
+            }
+            Verdict::Drop(ref reason) => {
                 tracing::info!(%reason, "customer message dropped");
-                self.store.record_event(&event).await?;
+                let reason = reason.clone();
+                self.record_with_forwards(&routed).await?;
                 return Ok(Ingested::Dropped { reason });
             }
         };
-        // The chain may have rewritten the payload; it must still be a valid message.
+        let mut event = routed.event;
+        // The pipeline checked any changed payload against the channel's rules.
         let message = customer_message_from_value(event.payload.clone())
             .map_err(|e| CoreError::Invalid(e.0))?;
         let now = now_ms();
@@ -137,7 +154,11 @@ impl Conversations {
         };
         event.chat_id = chat.as_ref().map(|c| c.id);
         insert_event(&mut w.tx, &event).await?;
+        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
         w.commit().await?;
+        if !routed.forwards.is_empty() {
+            self.kick.kick();
+        }
 
         if let Some(chat) = &chat {
             if opened {
@@ -160,9 +181,71 @@ impl Conversations {
                 ),
             }
         }
+        if let (Some(reply), Some(chat)) = (reply, &chat) {
+            if let Err(e) = self.auto_reply(chat, &client, reply).await {
+                // The customer's message is stored either way; only the answer is lost.
+                tracing::warn!(error = %e, "a plugin's reply was not sent");
+            }
+        }
         Ok(Ingested::Stored {
             chat_id: chat.map(|c| c.id),
         })
+    }
+
+    /// Sends a plugin's answer to a customer message as an automatic message
+    /// in the chat; it crosses the pipeline like any agent message.
+    async fn auto_reply(
+        &self,
+        chat: &Chat,
+        client: &Client,
+        reply: serde_json::Value,
+    ) -> Result<(), CoreError> {
+        let reply = auto_reply(reply).map_err(CoreError::Invalid)?;
+        let channel = self
+            .store
+            .channel_by_id(chat.channel_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        let uid = Uuid::now_v7().to_string();
+        let mut message = reply.message;
+        message.set_label(uid.clone());
+        let wire = AgentMessage {
+            sender: reply.sender.unwrap_or_else(|| AgentSender {
+                name: channel.name.clone(),
+                photo: None,
+            }),
+            recipient: Recipient {
+                id: client.external_id.clone(),
+            },
+            message,
+        };
+        let payload = serde_json::to_value(&wire)
+            .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+        let event = Event::new(EventKind::AGENT_MESSAGE, Direction::Out, payload)
+            .on_channel(channel.id)
+            .in_chat(chat.id);
+        self.send_agent_event(OutgoingAgentEvent {
+            by: By::Auto,
+            chat: chat.clone(),
+            channel,
+            uid,
+            typing: false,
+            event,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Logs an event that changes no state, with the forwards its plugins asked for.
+    async fn record_with_forwards(&self, routed: &Routed) -> Result<(), CoreError> {
+        let mut w = self.store.begin_write().await?;
+        insert_event(&mut w.tx, &routed.event).await?;
+        enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;
+        w.commit().await?;
+        if !routed.forwards.is_empty() {
+            self.kick.kick();
+        }
+        Ok(())
     }
 
     /// A chat the agent may see, or `NotFound` (also for chats of other channels).
@@ -303,7 +386,7 @@ impl Conversations {
             .in_chat(chat.id);
         let span = event.span();
         self.send_agent_event(OutgoingAgentEvent {
-            agent,
+            by: By::Agent(agent),
             chat,
             channel,
             uid,
@@ -319,23 +402,32 @@ impl Conversations {
         out: OutgoingAgentEvent<'_>,
     ) -> Result<Option<MessageRow>, CoreError> {
         let OutgoingAgentEvent {
-            agent,
+            by,
             chat,
             channel,
             uid,
             typing,
             event,
         } = out;
-        let event = match self.pipeline.run(event).await {
-            Flow::Continue(e) => e,
-            Flow::Drop { event, reason } => {
+        let routed = self.pipeline.run(event).await;
+        // A plugin that answers an outbound message stands in for the integrator.
+        let answered = match routed.verdict {
+            Verdict::Continue => false,
+            Verdict::Reply(_) => true,
+            Verdict::Reject(reason) => {
+                tracing::warn!(%reason, "agent message refused");
+                return Err(CoreError::Unavailable(reason));
+            }
+            Verdict::Drop(ref reason) => {
                 tracing::info!(%reason, "agent message dropped");
-                self.store.record_event(&event).await?;
+                let reason = reason.clone();
+                self.record_with_forwards(&routed).await?;
                 return Err(CoreError::Conflict(format!(
                     "dropped by a plugin: {reason}"
                 )));
             }
         };
+        let event = routed.event;
         let wire: AgentMessage = serde_json::from_value(event.payload.clone()).map_err(|e| {
             CoreError::Invalid(format!("a plugin produced an invalid message: {e}"))
         })?;
@@ -346,10 +438,24 @@ impl Conversations {
         let chat = chat_in_tx(&mut w.tx, chat.id)
             .await?
             .ok_or(CoreError::NotFound)?;
-        writable_by(&chat, agent)?;
-        if chat.state == ChatState::Open {
-            set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
-        }
+        let agent = match by {
+            By::Agent(agent) => {
+                writable_by(&chat, agent)?;
+                Some(agent)
+            }
+            By::Auto if chat.state == ChatState::Closed => {
+                return Err(CoreError::Conflict("the chat is closed".into()));
+            }
+            By::Auto => None,
+        };
+        let accepting = match agent {
+            Some(agent) if chat.state == ChatState::Open => {
+                set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now)
+                    .await?;
+                Some(agent.id)
+            }
+            _ => None,
+        };
         let stored = if typing {
             None
         } else {
@@ -361,10 +467,18 @@ impl Conversations {
                     NewMessage {
                         uid: &uid,
                         chat_id: chat.id,
-                        author: Author::Agent,
-                        agent_id: Some(agent.id),
+                        author: if agent.is_some() {
+                            Author::Agent
+                        } else {
+                            Author::Auto
+                        },
+                        agent_id: agent.map(|a| a.id),
                         body: &body,
-                        delivery: Some(DeliveryState::Pending),
+                        delivery: Some(if answered {
+                            DeliveryState::Delivered
+                        } else {
+                            DeliveryState::Pending
+                        }),
                         now,
                     },
                 )
@@ -372,6 +486,7 @@ impl Conversations {
             )
         };
         insert_event(&mut w.tx, &event).await?;
+        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
         let delivery = NewDelivery {
             id: Uuid::now_v7(),
             event_id: event.id,
@@ -393,18 +508,20 @@ impl Conversations {
             message_id: stored.as_ref().map(|m| m.id),
             chat_id: Some(chat.id),
         };
-        enqueue(&mut w.tx, &delivery, now).await?;
+        if !answered {
+            enqueue(&mut w.tx, &delivery, now).await?;
+        }
         w.commit().await?;
         self.kick.kick();
 
-        if chat.state == ChatState::Open {
+        if let Some(agent_id) = accepting {
             let mut accepted = chat.clone();
             accepted.state = ChatState::Accepted;
-            accepted.agent_id = Some(agent.id);
+            accepted.agent_id = Some(agent_id);
             self.publish(
                 &accepted,
                 "chat.accepted",
-                json!({ "chat": accepted, "agent_id": agent.id }),
+                json!({ "chat": accepted, "agent_id": agent_id }),
             );
         }
         if let Some(m) = &stored {
@@ -449,17 +566,28 @@ impl Finisher for Conversations {
                 "state": state,
                 "error": error,
             });
-            let mut event = Event::new(EventKind::DELIVERY_RESULT, Direction::In, payload.clone());
+            let kind = if row.kind == FORWARD_KIND {
+                EventKind::FORWARD_RESULT
+            } else {
+                EventKind::DELIVERY_RESULT
+            };
+            let mut event = Event::new(kind, Direction::In, payload.clone());
             event.channel_id = chat.as_ref().map(|c| c.channel_id);
             event.chat_id = row.chat_id;
+            // The result is a fact: plugins may watch and forward it, not change it.
+            let routed = self.pipeline.run(event).await;
             let now = now_ms();
             let mut w = self.store.begin_write().await?;
             finish(&mut w.tx, &row.id, outbox_state, error, now).await?;
             if let Some(message_id) = row.message_id {
                 set_message_delivery(&mut w.tx, message_id, state, error).await?;
             }
-            insert_event(&mut w.tx, &event).await?;
+            insert_event(&mut w.tx, &routed.event).await?;
+            enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now).await?;
             w.commit().await?;
+            if !routed.forwards.is_empty() {
+                self.kick.kick();
+            }
             if let (Some(chat), Some(_)) = (&chat, row.message_id) {
                 self.publish(chat, "message.delivery", payload);
             }
@@ -479,9 +607,17 @@ fn writable_by(chat: &Chat, agent: &Agent) -> Result<(), CoreError> {
     }
 }
 
+/// Who a message to the customer is from.
+#[derive(Clone, Copy)]
+enum By<'a> {
+    Agent(&'a Agent),
+    /// A plugin's reply, sent on the hub's behalf.
+    Auto,
+}
+
 /// An agent's message on its way from the API to the outbox.
 struct OutgoingAgentEvent<'a> {
-    agent: &'a Agent,
+    by: By<'a>,
     chat: Chat,
     channel: Channel,
     uid: String,

@@ -16,6 +16,8 @@ impl EventKind {
     pub const AGENT_MESSAGE: EventKind = EventKind::fixed("channel.agent_message");
     pub const AGENT_TYPING: EventKind = EventKind::fixed("channel.agent_typing");
     pub const DELIVERY_RESULT: EventKind = EventKind::fixed("channel.delivery_result");
+    /// How a plugin's forward to a destination ended.
+    pub const FORWARD_RESULT: EventKind = EventKind::fixed("forward.delivery_result");
 
     const fn fixed(kind: &'static str) -> EventKind {
         EventKind(Cow::Borrowed(kind))

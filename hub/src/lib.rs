@@ -1,5 +1,6 @@
 //! The conversation integration hub: a custom chat channel, the agent side it
-//! implies, and the durable delivery of everything the hub sends.
+//! implies, sandboxed WebAssembly plugins on every event, and the durable
+//! delivery of everything the hub sends.
 
 pub mod admin;
 pub mod agents;
@@ -9,11 +10,16 @@ pub mod clock;
 pub mod config;
 pub mod conversations;
 pub mod delivery;
+pub mod destinations;
 pub mod event;
 pub mod ids;
 pub mod live;
+pub mod metrics;
 pub mod pipeline;
 pub mod provisioning;
+pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod tryout;
 pub mod web;
+pub mod wiring;

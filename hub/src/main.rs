@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use hub::config::Config;
 use hub::provisioning::{self, ChannelSpec};
 use hub::store::Store;
+use hub::tryout;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +36,25 @@ enum Command {
     /// Manage agents.
     #[command(subcommand)]
     Agent(AgentCommand),
+    /// Work with plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Run one plugin on one recorded event; prints the outcome as JSON and
+    /// the plugin's logs on stderr.
+    Test {
+        /// A plugin named in the configuration, or the path of a .wasm file.
+        plugin: String,
+        /// The event: {"kind": "channel.customer_message", "payload": {...}}.
+        #[arg(long)]
+        event: PathBuf,
+        /// The plugin's config table as JSON or TOML (replaces the one in hub.toml).
+        #[arg(long = "plugin-config")]
+        plugin_config: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -112,15 +132,46 @@ fn init_tracing() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let config = Config::load(&cli.config)?;
+    // A plugin file can be tried where there is no hub.toml at all.
+    let config = match &cli.command {
+        Command::Plugin(_) if !cli.config.exists() => {
+            Config::parse("", &cli.config).context("default configuration")?
+        }
+        _ => Config::load(&cli.config)?,
+    };
     match cli.command {
         Command::Serve => serve(config).await,
-        Command::Check => {
-            out(&format!("{}: ok", cli.config.display()))?;
-            Ok(())
-        }
+        Command::Check => check(&cli.config, &config).await,
         Command::Channel(cmd) => channel(config, cmd).await,
         Command::Agent(cmd) => agent(config, cmd).await,
+        Command::Plugin(cmd) => plugin(config, cmd).await,
+    }
+}
+
+async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
+    match tryout::check_plugins(config).await {
+        Ok(n) => out(&format!("{}: ok ({n} plugins)", file.display())),
+        Err(problems) => {
+            let lines: Vec<String> = problems
+                .iter()
+                .map(|p| format!("{}: {p}", file.display()))
+                .collect();
+            anyhow::bail!("{}", lines.join("\n"))
+        }
+    }
+}
+
+async fn plugin(config: Config, cmd: PluginCommand) -> Result<()> {
+    match cmd {
+        PluginCommand::Test {
+            plugin,
+            event,
+            plugin_config,
+        } => {
+            let chosen = tryout::plugin_config(&config, &plugin, plugin_config.as_deref())?;
+            let outcome = tryout::run(&config, chosen, &event).await?;
+            out(&serde_json::to_string_pretty(&outcome)?)
+        }
     }
 }
 
@@ -131,7 +182,20 @@ fn out(text: &str) -> Result<()> {
 
 async fn serve(config: Config) -> Result<()> {
     let running = hub::app::start(config).await?;
-    wait_for_stop_signal().await?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
+    let stop = wait_for_stop_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = &mut stop => { r?; break; }
+            _ = hangup.recv() => {
+                if let Err(e) = running.reload().await {
+                    tracing::error!(error = %e, "reload failed; the previous plugins stay in force");
+                }
+            }
+        }
+    }
     tracing::info!("stopping: no new requests; finishing deliveries in flight");
     running.shutdown().await;
     Ok(())

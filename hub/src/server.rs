@@ -71,6 +71,10 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             Method::GET | Method::HEAD => text(StatusCode::OK, "ok"),
             _ => method_not_allowed(),
         },
+        ["metrics"] => match *req.method() {
+            Method::GET => crate::metrics::handle(app),
+            _ => method_not_allowed(),
+        },
         ["admin", "v1", rest @ ..] => crate::admin::handle(app, req, rest).await,
         ["agent", "v1", rest @ ..] => crate::agents::handle(app, req, rest).await,
         [secret, public_id] => crate::channel::handle(app, req, secret, public_id, false).await,

@@ -18,7 +18,7 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-fn with_type(status: StatusCode, content_type: &'static str, body: Body) -> Resp {
+pub fn with_type(status: StatusCode, content_type: &'static str, body: Body) -> Resp {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     resp.headers_mut()

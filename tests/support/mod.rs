@@ -72,6 +72,55 @@ pub fn write_config(dir: &Path, opts: &HubOptions, listen: &str) -> PathBuf {
     path
 }
 
+/// The `.wasm` of an example plugin (`redact`, `spam_guard`, `crm_forward`,
+/// `auto_reply`) or of the test suite's `fault` plugin. The first call in a
+/// test binary builds them with `scripts/build-plugins.sh` (quick when they
+/// are up to date).
+pub fn plugin_wasm(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = repo_root();
+        let output = Command::new(root.join("scripts/build-plugins.sh"))
+            .current_dir(&root)
+            .output()
+            .map_err(|e| format!("cannot run scripts/build-plugins.sh: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "scripts/build-plugins.sh failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(root.join("target/plugins/wasm32-wasip2/release"))
+    });
+    match dir {
+        Ok(dir) => dir.join(format!("{name}.wasm")),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the hub crate lives in the repository")
+        .to_owned()
+}
+
+/// A `[[plugins]]` table for `plugin_wasm(wasm)` named `name`, with `extra`
+/// TOML lines (limits, grants) and a `config` table of `config` lines.
+pub fn plugin_toml(name: &str, wasm: &str, extra: &str, config: &str) -> String {
+    format!(
+        "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{extra}\n[plugins.config]\n{config}\n\n",
+        plugin_wasm(wasm).display()
+    )
+}
+
+/// A `[[routes]]` table.
+pub fn route_toml(events: &str, plugins: &str, on_error: &str) -> String {
+    format!(
+        "[[routes]]\nevents = [{events}]\nplugins = [{plugins}]\non_error = \"{on_error}\"\n\n"
+    )
+}
+
 /// A hub running in this process.
 pub struct TestHub {
     pub running: Option<Running>,
@@ -120,6 +169,30 @@ impl TestHub {
 
     pub fn store(&self) -> &hub::store::Store {
         self.running.as_ref().expect("hub running").store()
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("hub running")
+    }
+
+    /// Plugin counters as `/metrics` shows them: `name{labels}` → value.
+    pub async fn metrics(&self) -> std::collections::HashMap<String, f64> {
+        let text = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics request")
+            .text()
+            .await
+            .expect("metrics body");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect()
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, USER_AGENT};
-use http::{Request, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::HttpsConnector;
@@ -67,6 +67,21 @@ impl Body for OutBody {
     }
 }
 
+/// One outbound POST; `delivery` names the outbox row and attempt, when it is one.
+struct Post<'a> {
+    url: &'a str,
+    body: String,
+    chunked: bool,
+    headers: &'a [(HeaderName, HeaderValue)],
+    delivery: Option<(&'a str, i64)>,
+}
+
+enum PostError {
+    /// The request could not be made at all: retrying will not help.
+    Invalid(String),
+    Transient(String),
+}
+
 #[derive(Clone)]
 pub struct HttpSender {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
@@ -94,24 +109,69 @@ impl HttpSender {
     }
 
     /// Makes one attempt of `row` and says how it went.
-    pub async fn send(&self, row: &Claimed, attempt: i64, timeout: Duration) -> Attempt {
-        let uri: Uri = match row.target_url.parse() {
-            Ok(u) => u,
-            Err(e) => return Attempt::Rejected(format!("invalid endpoint URL: {e}")),
+    pub async fn send(
+        &self,
+        row: &Claimed,
+        attempt: i64,
+        timeout: Duration,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Attempt {
+        let post = Post {
+            url: &row.target_url,
+            body: row.body.clone(),
+            chunked: row.chunked,
+            headers,
+            delivery: Some((&row.id, attempt)),
         };
-        let request = Request::post(uri)
+        match self.post(post, timeout).await {
+            Ok((status, body)) => classify(status, &body),
+            Err(PostError::Invalid(reason)) => Attempt::Rejected(reason),
+            Err(PostError::Transient(reason)) => Attempt::Transient(reason),
+        }
+    }
+
+    /// Makes one POST and returns the answer as it came; a plugin's `send`.
+    pub async fn exchange(
+        &self,
+        url: &str,
+        body: String,
+        headers: &[(HeaderName, HeaderValue)],
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let post = Post {
+            url,
+            body,
+            chunked: false,
+            headers,
+            delivery: None,
+        };
+        self.post(post, timeout).await.map_err(|e| match e {
+            PostError::Invalid(r) | PostError::Transient(r) => r,
+        })
+    }
+
+    async fn post(&self, post: Post<'_>, timeout: Duration) -> Result<(StatusCode, Bytes), PostError> {
+        let uri: Uri = post
+            .url
+            .parse()
+            .map_err(|e| PostError::Invalid(format!("invalid endpoint URL: {e}")))?;
+        let mut request = Request::post(uri)
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")))
-            .header(DELIVERY_ID_HEADER, row.id.as_str())
-            .header(ATTEMPT_HEADER, attempt)
+            .header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")));
+        if let Some((id, attempt)) = post.delivery {
+            request = request
+                .header(DELIVERY_ID_HEADER, id)
+                .header(ATTEMPT_HEADER, attempt);
+        }
+        for (name, value) in post.headers {
+            request = request.header(name, value);
+        }
+        let request = request
             .body(OutBody {
-                data: Some(Bytes::from(row.body.clone())),
-                chunked: row.chunked,
-            });
-        let request = match request {
-            Ok(r) => r,
-            Err(e) => return Attempt::Rejected(format!("cannot build the request: {e}")),
-        };
+                data: Some(Bytes::from(post.body)),
+                chunked: post.chunked,
+            })
+            .map_err(|e| PostError::Invalid(format!("cannot build the request: {e}")))?;
         let exchange = async {
             let response = self.client.request(request).await?;
             let status = response.status();
@@ -123,9 +183,15 @@ impl HttpSender {
             Ok::<_, hyper_util::client::legacy::Error>((status, body))
         };
         match tokio::time::timeout(timeout, exchange).await {
-            Err(_) => Attempt::Transient(format!("no response within {} ms", timeout.as_millis())),
-            Ok(Err(e)) => Attempt::Transient(format!("connection failed: {}", error_chain(&e))),
-            Ok(Ok((status, body))) => classify(status, &body),
+            Err(_) => Err(PostError::Transient(format!(
+                "no response within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Err(e)) => Err(PostError::Transient(format!(
+                "connection failed: {}",
+                error_chain(&e)
+            ))),
+            Ok(Ok(answer)) => Ok(answer),
         }
     }
 }

@@ -19,6 +19,8 @@ pub use http::{Attempt, HttpSender, TlsSetupError};
 pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 
 use crate::clock::now_ms;
+use crate::destinations::POLICY_PREFIX;
+use crate::wiring::WiringHandle;
 use crate::store::{Claimed, Store, StoreError};
 
 /// How a delivery ended.
@@ -54,6 +56,7 @@ pub struct Deliverer {
     store: Store,
     sender: HttpSender,
     policies: Policies,
+    wiring: WiringHandle,
     finisher: Arc<dyn Finisher>,
     kick: Kick,
 }
@@ -67,6 +70,7 @@ impl Deliverer {
         store: Store,
         sender: HttpSender,
         policies: Policies,
+        wiring: WiringHandle,
         finisher: Arc<dyn Finisher>,
         kick: Kick,
     ) -> Arc<Deliverer> {
@@ -74,6 +78,7 @@ impl Deliverer {
             store,
             sender,
             policies,
+            wiring,
             finisher,
             kick,
         })
@@ -82,15 +87,21 @@ impl Deliverer {
     /// Runs until `shutdown` turns true, then waits up to `grace` for attempts in
     /// flight; attempts cut off are released for the next start.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-        let lease_ms = i64::try_from(self.policies.longest_timeout().as_millis())
-            .unwrap_or(i64::MAX / 4)
-            .saturating_add(5_000);
         let mut inflight: JoinSet<()> = JoinSet::new();
         let mut rows: HashMap<tokio::task::Id, String> = HashMap::new();
         loop {
             if *shutdown.borrow() {
                 break;
             }
+            // Destinations may change on reload, so the lease covers today's longest timeout.
+            let longest = self
+                .wiring
+                .current()
+                .destinations
+                .longest_timeout()
+                .unwrap_or_default()
+                .max(self.policies.longest_timeout());
+            let lease_ms = millis(longest).saturating_add(5_000);
             match self.store.claim_due(now_ms(), lease_ms, BATCH).await {
                 Ok(claimed) => {
                     for row in claimed {
@@ -167,7 +178,19 @@ impl Deliverer {
     }
 
     async fn attempt_inner(&self, row: &Claimed) -> Result<(), StoreError> {
-        let policy = self.policies.get(&row.policy);
+        let wiring = self.wiring.current();
+        let (policy, headers) = if row.policy.starts_with(POLICY_PREFIX) {
+            match wiring.destinations.of_policy(&row.policy) {
+                Some(d) => (d.policy, d.headers.as_slice()),
+                None => {
+                    let reason = format!("`{}` is no longer a configured destination", &row.policy[POLICY_PREFIX.len()..]);
+                    tracing::warn!(%reason, "delivery failed for good");
+                    return self.finisher.finish(row, &Final::Failed(reason)).await;
+                }
+            }
+        } else {
+            (self.policies.get(&row.policy), &[][..])
+        };
         let max = i64::from(policy.attempts);
         if row.attempts >= max {
             // Out of attempts and the give-up time has come.
@@ -180,7 +203,10 @@ impl Deliverer {
         }
         let started = now_ms();
         let attempt_no = row.attempts + 1;
-        let outcome = self.sender.send(row, attempt_no, policy.timeout).await;
+        let outcome = self
+            .sender
+            .send(row, attempt_no, policy.timeout, headers)
+            .await;
         match outcome {
             Attempt::Delivered => {
                 tracing::info!(attempt = attempt_no, "delivered");
@@ -197,10 +223,11 @@ impl Deliverer {
                 self.finisher.finish(row, &Final::Failed(reason)).await
             }
             Attempt::Transient(reason) => {
-                let interval = i64::try_from(policy.interval.as_millis()).unwrap_or(i64::MAX / 4);
-                let give_up_at = row.give_up_at.unwrap_or(started + interval * max);
+                let give_up_at = row
+                    .give_up_at
+                    .unwrap_or_else(|| started.saturating_add(millis(policy.give_up_after())));
                 let next_at = if attempt_no < max {
-                    started + interval
+                    started.saturating_add(millis(policy.wait_after(attempt_no)))
                 } else {
                     give_up_at.max(now_ms())
                 };
@@ -211,6 +238,10 @@ impl Deliverer {
             }
         }
     }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
 fn task_id(done: &Result<(tokio::task::Id, ()), tokio::task::JoinError>) -> tokio::task::Id {

@@ -10,14 +10,49 @@ pub const POLICY_CHANNEL: &str = "channel";
 /// Typing indicators: worth one try only; a late one is wrong.
 pub const POLICY_TYPING: &str = "typing";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Attempts in all, including the first.
     pub attempts: u32,
-    /// From the start of one attempt to the start of the next.
+    /// From the start of the first attempt to the start of the second.
     pub interval: Duration,
+    /// Each later wait is the previous one times this (1 keeps it fixed).
+    pub backoff: f64,
+    /// Longest wait between two attempts.
+    pub max_interval: Duration,
     /// Longest wait for one response.
     pub timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// A policy with the same wait between every two attempts.
+    pub fn fixed(attempts: u32, interval: Duration, timeout: Duration) -> RetryPolicy {
+        RetryPolicy {
+            attempts,
+            interval,
+            backoff: 1.0,
+            max_interval: interval,
+            timeout,
+        }
+    }
+
+    /// From the start of attempt `attempt` (1-based) to the start of the next.
+    pub fn wait_after(&self, attempt: i64) -> Duration {
+        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        let factor = self.backoff.max(1.0).powi(exponent);
+        let wait = self.interval.as_secs_f64() * factor;
+        if !wait.is_finite() || wait >= self.max_interval.as_secs_f64() {
+            self.max_interval.max(self.interval)
+        } else {
+            Duration::from_secs_f64(wait)
+        }
+    }
+
+    /// From the start of the first attempt to the end of the last wait: when a
+    /// delivery that never succeeded is given up.
+    pub fn give_up_after(&self) -> Duration {
+        (1..=i64::from(self.attempts)).map(|n| self.wait_after(n)).sum()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -28,11 +63,7 @@ pub struct Policies {
 
 impl Policies {
     pub fn from_config(c: &DeliveryConfig) -> Policies {
-        let channel = RetryPolicy {
-            attempts: c.attempts,
-            interval: c.retry_interval(),
-            timeout: c.attempt_timeout(),
-        };
+        let channel = RetryPolicy::fixed(c.attempts, c.retry_interval(), c.attempt_timeout());
         let typing = RetryPolicy {
             attempts: 1,
             ..channel
@@ -54,5 +85,31 @@ impl Policies {
             .map(|p| p.timeout)
             .max()
             .unwrap_or(self.fallback.timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_policies_wait_the_same_and_give_up_after_all_waits() {
+        let p = RetryPolicy::fixed(3, Duration::from_secs(3), Duration::from_secs(3));
+        assert_eq!(p.wait_after(1), Duration::from_secs(3));
+        assert_eq!(p.wait_after(3), Duration::from_secs(3));
+        assert_eq!(p.give_up_after(), Duration::from_secs(9));
+    }
+
+    #[test]
+    fn backoff_grows_up_to_the_cap() {
+        let p = RetryPolicy {
+            attempts: 6,
+            interval: Duration::from_secs(1),
+            backoff: 2.0,
+            max_interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+        };
+        let waits: Vec<u64> = (1..=6).map(|n| p.wait_after(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 5, 5, 5]);
     }
 }

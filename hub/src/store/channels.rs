@@ -190,4 +190,17 @@ impl Store {
         .ctx("checking channel availability")?;
         Ok(row.is_some())
     }
+
+    /// How many of the channel's agents are online; plugins see it as context.
+    pub async fn channel_online_agents(&self, channel_id: i64) -> Result<i64, StoreError> {
+        let row: (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM channel_agents ca JOIN agents a ON a.email = ca.agent_email \
+             WHERE ca.channel_id = $1 AND a.online = 1",
+        )
+        .bind(channel_id)
+        .fetch_one(self.pool())
+        .await
+        .ctx("counting online agents")?;
+        Ok(row.0)
+    }
 }

@@ -84,6 +84,8 @@ pub struct ChatSummary {
 pub enum Author {
     Client,
     Agent,
+    /// Sent on the hub's behalf by a plugin's reply (an auto-reply).
+    Auto,
 }
 
 impl Author {
@@ -91,12 +93,14 @@ impl Author {
         match self {
             Author::Client => "client",
             Author::Agent => "agent",
+            Author::Auto => "auto",
         }
     }
     fn parse(s: &str) -> Result<Self, StoreError> {
         match s {
             "client" => Ok(Author::Client),
             "agent" => Ok(Author::Agent),
+            "auto" => Ok(Author::Auto),
             other => Err(StoreError::Corrupt(format!("message author `{other}`"))),
         }
     }

@@ -5,6 +5,7 @@ mod agents;
 mod channels;
 pub mod chats;
 pub mod events;
+pub mod kv;
 pub mod outbox;
 
 use std::sync::Arc;
@@ -84,8 +85,10 @@ impl WriteTx<'_> {
     }
 }
 
-const SQLITE_MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../../migrations/sqlite/0001_channel.sql"))];
+const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_channel.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_plugins.sql")),
+];
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending migrations.

@@ -7,6 +7,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod wiring;
+
+pub use wiring::{
+    DestinationConfig, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig, RouteConfig,
+    RuntimeConfig, expand_env,
+};
+
 /// Everything the hub reads from `hub.toml`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +28,21 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     #[serde(default)]
     pub channels: Vec<ChannelConfig>,
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    #[serde(default)]
+    pub destinations: Vec<DestinationConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Directory of the file the configuration came from; relative paths in
+    /// it (plugins, cache) are resolved against it.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// The file itself, when the configuration was loaded from one; reload reads it again.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,17 +183,32 @@ impl Config {
             source,
         })?;
         let mut config = Config::parse(&text, file)?;
+        config.source = Some(file.to_owned());
         config.apply_env(file, |k| std::env::var(k).ok())?;
         config.validate(file)?;
         Ok(config)
     }
 
-    /// Parses TOML text; `file` only names the source in errors.
+    /// Parses TOML text; `file` names the source in errors and anchors relative paths.
     pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             file: file.to_owned(),
             message: e.to_string().trim_end().to_owned(),
-        })
+        })?;
+        config.base_dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        Ok(config)
+    }
+
+    /// A path from the file, resolved against the file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_owned()
+        } else {
+            self.base_dir.join(path)
+        }
     }
 
     /// Applies `HUB_*` overrides read through `get`.
@@ -251,6 +288,7 @@ impl Config {
                 }
             }
         }
+        wiring::check(self, &mut problems);
         if problems.is_empty() {
             Ok(())
         } else {

@@ -1,0 +1,343 @@
+//! The plugin wiring of `hub.toml`: plugins, destinations, routes and the
+//! runtime they share, with the checks that tie them together.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{Config, is_http_url};
+
+/// The plugin runtime shared by every plugin.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Where compiled plugins are kept so a restart does not compile them again.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+    /// Plugin calls running at once; further calls wait for a slot.
+    #[serde(default = "default_max_concurrent_calls")]
+    pub max_concurrent_calls: u32,
+}
+
+/// A WebAssembly plugin and what it is granted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    pub name: String,
+    /// The `.wasm` component, relative to the configuration file.
+    pub path: PathBuf,
+    /// Handed to the plugin as a JSON object through the `config` import.
+    #[serde(default)]
+    pub config: toml::Table,
+    /// Wall-clock bound of one call, host calls included.
+    #[serde(default = "default_plugin_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Largest linear memory of one call.
+    #[serde(default = "default_plugin_memory_mb")]
+    pub memory_mb: u32,
+    /// Largest payload, reply and forwards of one call together.
+    #[serde(default = "default_plugin_max_output_bytes")]
+    pub max_output_bytes: usize,
+    /// Host calls one call may make.
+    #[serde(default = "default_plugin_max_host_calls")]
+    pub max_host_calls: u32,
+    /// Destinations the plugin may `send` or forward to.
+    #[serde(default)]
+    pub destinations: Vec<String>,
+    /// Whether the plugin gets a key-value namespace of its own.
+    #[serde(default)]
+    pub kv: bool,
+}
+
+/// A named receiver plugins send and forward to; they never see its URL or headers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationConfig {
+    pub name: String,
+    pub url: String,
+    /// Request headers; `${VAR}` in a value is replaced by the environment variable.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(default = "default_destination_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+/// Attempts of a forward: each wait is the previous one times `backoff`, at most `max_interval_ms`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    #[serde(default = "default_retry_attempts")]
+    pub attempts: u32,
+    #[serde(default = "default_retry_interval_ms")]
+    pub interval_ms: u64,
+    #[serde(default = "default_backoff")]
+    pub backoff: f64,
+    #[serde(default = "default_max_interval_ms")]
+    pub max_interval_ms: u64,
+}
+
+/// Which events go through which plugins, in order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Globs over dotted event kinds, for example `channel.*`.
+    pub events: Vec<String>,
+    /// Channel names; empty means every channel (and events of no channel).
+    #[serde(default)]
+    pub channels: Vec<String>,
+    pub plugins: Vec<String>,
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// What a failed plugin call means for the event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Pass the event on as it was before the failed plugin.
+    #[default]
+    Skip,
+    /// Refuse the event; an inbound request gets a 5xx it may retry.
+    Reject,
+}
+
+fn default_cache_dir() -> PathBuf {
+    PathBuf::from("data/plugin-cache")
+}
+fn default_max_concurrent_calls() -> u32 {
+    64
+}
+fn default_plugin_timeout_ms() -> u64 {
+    100
+}
+fn default_plugin_memory_mb() -> u32 {
+    32
+}
+fn default_plugin_max_output_bytes() -> usize {
+    256 * 1024
+}
+fn default_plugin_max_host_calls() -> u32 {
+    1000
+}
+fn default_destination_timeout_ms() -> u64 {
+    5_000
+}
+fn default_retry_attempts() -> u32 {
+    5
+}
+fn default_retry_interval_ms() -> u64 {
+    1_000
+}
+fn default_backoff() -> f64 {
+    2.0
+}
+fn default_max_interval_ms() -> u64 {
+    60_000
+}
+
+/// Largest `memory_mb` a plugin may ask for; the pooling allocator reserves this much per slot.
+pub const MAX_PLUGIN_MEMORY_MB: u32 = 512;
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            cache_dir: default_cache_dir(),
+            max_concurrent_calls: default_max_concurrent_calls(),
+        }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            attempts: default_retry_attempts(),
+            interval_ms: default_retry_interval_ms(),
+            backoff: default_backoff(),
+            max_interval_ms: default_max_interval_ms(),
+        }
+    }
+}
+
+
+/// Problems with plugins, destinations and routes, each naming its key.
+pub(super) fn check(config: &Config, problems: &mut Vec<String>) {
+    if config.runtime.max_concurrent_calls == 0 {
+        problems.push("runtime.max_concurrent_calls: must be at least 1".to_owned());
+    }
+    let mut destinations = HashSet::new();
+    for (i, d) in config.destinations.iter().enumerate() {
+        let key = format!("destinations[{i}]");
+        check_name(&d.name, &key, &mut destinations, problems);
+        if !is_http_url(&d.url) {
+            problems.push(format!("{key}.url: `{}` is not an http(s) URL", d.url));
+        }
+        for (header, value) in &d.headers {
+            if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                problems.push(format!("{key}.headers.{header}: not a valid header name"));
+            }
+            if let Err(e) = expand_env(value, |k| std::env::var(k).ok()) {
+                problems.push(format!("{key}.headers.{header}: {e}"));
+            }
+        }
+        if d.timeout_ms == 0 {
+            problems.push(format!("{key}.timeout_ms: must be positive"));
+        }
+        if d.retry.attempts == 0 {
+            problems.push(format!("{key}.retry.attempts: must be at least 1"));
+        }
+        if !(d.retry.backoff.is_finite() && d.retry.backoff >= 1.0) {
+            problems.push(format!("{key}.retry.backoff: must be a number of at least 1"));
+        }
+    }
+    let mut plugins = HashSet::new();
+    for (i, p) in config.plugins.iter().enumerate() {
+        let key = format!("plugins[{i}]");
+        check_name(&p.name, &key, &mut plugins, problems);
+        if p.timeout_ms == 0 {
+            problems.push(format!("{key}.timeout_ms: must be positive"));
+        }
+        if p.memory_mb == 0 || p.memory_mb > MAX_PLUGIN_MEMORY_MB {
+            problems.push(format!(
+                "{key}.memory_mb: must be between 1 and {MAX_PLUGIN_MEMORY_MB}"
+            ));
+        }
+        if p.max_output_bytes == 0 {
+            problems.push(format!("{key}.max_output_bytes: must be positive"));
+        }
+        for (j, d) in p.destinations.iter().enumerate() {
+            if !destinations.contains(d.as_str()) {
+                problems.push(format!(
+                    "{key}.destinations[{j}]: no destination is named `{d}`"
+                ));
+            }
+        }
+    }
+    let channels: HashSet<&str> = config.channels.iter().map(|c| c.name.as_str()).collect();
+    for (i, r) in config.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        if r.events.is_empty() {
+            problems.push(format!("{key}.events: name at least one event kind or glob"));
+        }
+        for (j, e) in r.events.iter().enumerate() {
+            if e.trim().is_empty() || e.chars().any(char::is_whitespace) {
+                problems.push(format!("{key}.events[{j}]: `{e}` is not an event kind glob"));
+            }
+        }
+        if r.plugins.is_empty() {
+            problems.push(format!("{key}.plugins: name at least one plugin"));
+        }
+        for (j, p) in r.plugins.iter().enumerate() {
+            if !plugins.contains(p.as_str()) {
+                problems.push(format!("{key}.plugins[{j}]: no plugin is named `{p}`"));
+            }
+        }
+        // Channels made through the API are valid targets too, so an unknown
+        // name is only worth a warning at start, not a refusal here.
+        for (j, c) in r.channels.iter().enumerate() {
+            if c.trim().is_empty() {
+                problems.push(format!("{key}.channels[{j}]: must not be empty"));
+            } else if !channels.contains(c.as_str()) {
+                tracing::debug!(route = i, channel = %c, "route names a channel not declared in the file");
+            }
+        }
+    }
+}
+
+fn check_name<'a>(
+    name: &'a str,
+    key: &str,
+    seen: &mut HashSet<&'a str>,
+    problems: &mut Vec<String>,
+) {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        problems.push(format!(
+            "{key}.name: `{name}` must be letters, digits, `-` or `_`"
+        ));
+    } else if !seen.insert(name) {
+        problems.push(format!("{key}.name: `{name}` is declared twice"));
+    }
+}
+
+/// Replaces each `${VAR}` in `value` with the variable read through `get`.
+pub fn expand_env(value: &str, get: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("`${{` without a closing `}}` in `{value}`"))?;
+        let var = &after[..end];
+        let got = get(var).ok_or_else(|| format!("environment variable {var} is not set"))?;
+        out.push_str(&got);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn environment_variables_fill_header_values() {
+        let get = |k: &str| (k == "TOKEN").then(|| "s3cret".to_owned());
+        assert_eq!(expand_env("Bearer ${TOKEN}", get).unwrap(), "Bearer s3cret");
+        assert_eq!(expand_env("plain", get).unwrap(), "plain");
+        assert!(expand_env("${MISSING}", get).unwrap_err().contains("MISSING"));
+        assert!(expand_env("${TOKEN", get).is_err());
+    }
+
+    #[test]
+    fn wiring_problems_name_their_keys() {
+        let text = r#"
+            [[destinations]]
+            name = "crm"
+            url = "nope"
+            [[plugins]]
+            name = "redact"
+            path = "redact.wasm"
+            memory_mb = 0
+            destinations = ["crm", "billing"]
+            [[routes]]
+            events = ["channel.*"]
+            plugins = ["redact", "ghost"]
+        "#;
+        let file = Path::new("hub.toml");
+        let err = Config::parse(text, file)
+            .unwrap()
+            .validate(file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("destinations[0].url"), "{err}");
+        assert!(err.contains("plugins[0].memory_mb"), "{err}");
+        assert!(err.contains("plugins[0].destinations[1]: no destination is named `billing`"), "{err}");
+        assert!(err.contains("routes[0].plugins[1]: no plugin is named `ghost`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_plugin_keys_are_refused() {
+        let text = "[[plugins]]\nname = \"a\"\npath = \"a.wasm\"\nmemory = 3\n";
+        let err = Config::parse(text, Path::new("x/hub.toml")).unwrap_err().to_string();
+        assert!(err.starts_with("x/hub.toml:"), "{err}");
+        assert!(err.contains("memory"), "{err}");
+    }
+
+    #[test]
+    fn plugin_paths_are_relative_to_the_file() {
+        let c = Config::parse("", Path::new("conf/hub.toml")).unwrap();
+        assert_eq!(c.resolve(Path::new("p.wasm")), Path::new("conf/p.wasm"));
+        assert_eq!(c.resolve(Path::new("/abs/p.wasm")), Path::new("/abs/p.wasm"));
+    }
+}

@@ -1,0 +1,54 @@
+//! `/metrics` in the Prometheus text format: per-plugin calls, outcomes,
+//! errors by kind and time spent.
+
+use std::fmt::Write;
+
+use http::StatusCode;
+
+use crate::app::App;
+use crate::web::{Resp, full, with_type};
+
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub fn handle(app: &App) -> Resp {
+    with_type(StatusCode::OK, CONTENT_TYPE, full(render(app)))
+}
+
+fn render(app: &App) -> String {
+    let plugins = app.runtime.counters().snapshot();
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, kind: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (plugin, s) in &plugins {
+            let label = escape(plugin);
+            match name {
+                "hub_plugin_errors_total" => {
+                    for (k, v) in &s.errors {
+                        let _ = writeln!(out, "{name}{{plugin=\"{label}\",kind=\"{k}\"}} {v}");
+                    }
+                }
+                _ => {
+                    let v = match name {
+                        "hub_plugin_calls_total" => s.calls as f64,
+                        "hub_plugin_drops_total" => s.drops as f64,
+                        "hub_plugin_replies_total" => s.replies as f64,
+                        "hub_plugin_forwards_total" => s.forwards as f64,
+                        _ => s.micros as f64 / 1e6,
+                    };
+                    let _ = writeln!(out, "{name}{{plugin=\"{label}\"}} {v}");
+                }
+            }
+        }
+    };
+    family("hub_plugin_calls_total", "Plugin calls made.", "counter");
+    family("hub_plugin_drops_total", "Events plugins dropped.", "counter");
+    family("hub_plugin_replies_total", "Events plugins answered.", "counter");
+    family("hub_plugin_forwards_total", "Forwards plugins asked for.", "counter");
+    family("hub_plugin_errors_total", "Failed plugin calls by kind.", "counter");
+    family("hub_plugin_call_seconds_total", "Time spent in plugin calls.", "counter");
+    out
+}
+
+fn escape(label: &str) -> String {
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

@@ -1,0 +1,204 @@
+//! Where every event is routed before it touches core state (inbound) or the
+//! outbox (outbound): the matching routes' plugins run in order, each able to
+//! change, drop or answer the event and to forward payloads. Edges and the
+//! core never skip this step.
+
+mod validate;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::config::OnError;
+use crate::event::Event;
+use crate::runtime::{Action, Forward, Plugin, PluginEvent};
+use crate::store::outbox::enqueue;
+use crate::store::{NewDelivery, Store, StoreError};
+use crate::wiring::{Route, WiringHandle};
+
+pub use validate::{AutoReply, auto_reply};
+
+/// Kinds of the hub's own reports on forwards; what plugins do with them may
+/// not forward again, or a forward could feed itself.
+const FORWARD_PREFIX: &str = "forward.";
+/// The outbox `kind` of a forward's delivery.
+pub const FORWARD_KIND: &str = "forward";
+
+/// What the chain decided for an event.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Go on with the (possibly changed) event.
+    Continue,
+    /// Stop here; the reason is logged.
+    Drop(String),
+    /// A plugin answered on the hub's behalf; the JSON is checked for the kind.
+    Reply(Value),
+    /// A plugin failed on a route with `on_error = "reject"`.
+    Reject(String),
+}
+
+/// The event after its chain, with the forwards its plugins asked for.
+#[derive(Debug)]
+pub struct Routed {
+    pub event: Event,
+    pub verdict: Verdict,
+    pub forwards: Vec<Forward>,
+}
+
+pub struct Pipeline {
+    wiring: WiringHandle,
+    store: Store,
+    /// Channel names by id, for routes that name channels; names never change.
+    channel_names: Mutex<HashMap<i64, Arc<str>>>,
+}
+
+/// Queues the forwards of an event in the caller's transaction: they are
+/// sent if and only if the event's own change is committed.
+pub async fn enqueue_forwards(
+    conn: &mut sqlx::AnyConnection,
+    event: &Event,
+    forwards: &[Forward],
+    now: i64,
+) -> Result<(), StoreError> {
+    for f in forwards {
+        let policy = f.destination.policy_name();
+        let delivery = NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id: event.id,
+            kind: FORWARD_KIND.to_owned(),
+            // Per destination and chat, forwards go out in the order they were made.
+            order_key: event.chat_id.map(|chat| format!("{policy}:chat:{chat}")),
+            policy,
+            target_url: f.destination.url.clone(),
+            body: f.payload.to_string(),
+            chunked: false,
+            message_id: None,
+            chat_id: event.chat_id,
+        };
+        enqueue(conn, &delivery, now).await?;
+    }
+    Ok(())
+}
+
+impl Pipeline {
+    pub fn new(wiring: WiringHandle, store: Store) -> Pipeline {
+        Pipeline {
+            wiring,
+            store,
+            channel_names: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn wiring(&self) -> &WiringHandle {
+        &self.wiring
+    }
+
+    pub async fn run(&self, event: Event) -> Routed {
+        let wiring = self.wiring.current();
+        let mut routed = Routed {
+            event,
+            verdict: Verdict::Continue,
+            forwards: Vec::new(),
+        };
+        if wiring.routes.is_empty() {
+            return routed;
+        }
+        let channel = self.channel_name(routed.event.channel_id).await;
+        let chain: Vec<(&Route, &Arc<Plugin>)> = wiring
+            .routes
+            .iter()
+            .filter(|r| r.takes(routed.event.kind.as_str(), channel.as_deref()))
+            .flat_map(|r| r.plugins.iter().map(move |p| (r, p)))
+            .collect();
+        if chain.is_empty() {
+            return routed;
+        }
+        let context = self.context(&routed.event).await;
+        let may_forward = !routed.event.kind.as_str().starts_with(FORWARD_PREFIX);
+        for (route, plugin) in chain {
+            let input = PluginEvent {
+                event: &routed.event,
+                channel: channel.as_deref(),
+                context: &context,
+            };
+            let outcome = plugin.call(&input).await.and_then(|mut o| {
+                if let Action::Continue(Some(payload)) = &o.action {
+                    let checked = validate::payload(&routed.event.kind, payload.clone())
+                        .map_err(|e| plugin.error(crate::runtime::ErrorKind::InvalidOutput, e))?;
+                    o.action = Action::Continue(Some(checked));
+                }
+                Ok(o)
+            });
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(e) => match route.on_error {
+                    OnError::Skip => {
+                        tracing::warn!(plugin = %e.plugin, error = %e, "plugin skipped");
+                        continue;
+                    }
+                    OnError::Reject => {
+                        routed.verdict = Verdict::Reject(e.to_string());
+                        routed.forwards.clear();
+                        return routed;
+                    }
+                },
+            };
+            if may_forward {
+                routed.forwards.extend(outcome.forwards);
+            } else if !outcome.forwards.is_empty() {
+                tracing::warn!(plugin = plugin.name(), "forwards of a forward report are ignored");
+            }
+            match outcome.action {
+                Action::Continue(None) => {}
+                Action::Continue(Some(payload)) => routed.event.payload = payload,
+                Action::Drop(reason) => {
+                    routed.verdict = Verdict::Drop(format!("{}: {reason}", plugin.name()));
+                    return routed;
+                }
+                Action::Reply(reply) => {
+                    routed.verdict = Verdict::Reply(reply);
+                    return routed;
+                }
+            }
+        }
+        routed
+    }
+
+    /// What plugins learn besides the payload.
+    async fn context(&self, event: &Event) -> Value {
+        let Some(channel_id) = event.channel_id else {
+            return json!({});
+        };
+        match self.store.channel_online_agents(channel_id).await {
+            Ok(n) => json!({ "agents_online": n }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count online agents for plugin context");
+                json!({})
+            }
+        }
+    }
+
+    async fn channel_name(&self, id: Option<i64>) -> Option<Arc<str>> {
+        let id = id?;
+        if let Some(name) = self.names().get(&id) {
+            return Some(name.clone());
+        }
+        match self.store.channel_by_id(id).await {
+            Ok(Some(channel)) => {
+                let name: Arc<str> = channel.name.into();
+                self.names().insert(id, name.clone());
+                Some(name)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a channel name for routing");
+                None
+            }
+        }
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<str>>> {
+        self.channel_names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,73 @@
+//! Compiled plugins kept on disk by content hash, so a restart (or a reload
+//! that did not change a plugin) does not compile it again.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Where compiled components live; files are named by the hash of the
+/// `.wasm` bytes and of the engine settings they were compiled for.
+#[derive(Debug, Clone)]
+pub struct ComponentCache {
+    dir: PathBuf,
+}
+
+/// How a component was obtained, for logs and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Compiled,
+    Cached,
+}
+
+impl ComponentCache {
+    pub fn new(dir: PathBuf) -> ComponentCache {
+        ComponentCache { dir }
+    }
+
+    /// The compiled form of `wasm`, from the cache when it holds one for this
+    /// engine, else compiled now and stored. A cache that cannot be written
+    /// only costs a compile at the next start.
+    pub fn load(&self, engine: &Engine, wasm: &[u8]) -> wasmtime::Result<(Component, Origin)> {
+        let file = self.dir.join(format!(
+            "{}-{:016x}.cwasm",
+            hex::encode(Sha256::digest(wasm)),
+            engine_hash(engine)
+        ));
+        if file.exists() {
+            // SAFETY: the cache directory is the hub's own; files in it were
+            // written by `Component::serialize` of an engine with the same
+            // compatibility hash (it is part of the name). Anything else that
+            // fails to load is recompiled below.
+            match unsafe { Component::deserialize_file(engine, &file) } {
+                Ok(component) => return Ok((component, Origin::Cached)),
+                Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable cached plugin"),
+            }
+        }
+        let component = Component::new(engine, wasm)?;
+        if let Err(e) = store(&file, &component) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot cache a compiled plugin");
+        }
+        Ok((component, Origin::Compiled))
+    }
+}
+
+fn store(file: &Path, component: &Component) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = component.serialize()?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Written aside and renamed so a concurrent start never reads half a file.
+    let partial = file.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, file)?;
+    Ok(())
+}
+
+fn engine_hash(engine: &Engine) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    h.finish()
+}

@@ -1,0 +1,83 @@
+//! Per-plugin counters: calls, outcomes, errors by kind and time spent. They
+//! outlive reloads, so a reloaded plugin keeps counting where it was.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::ErrorKind;
+
+#[derive(Debug, Default)]
+pub struct PluginCounters {
+    calls: AtomicU64,
+    drops: AtomicU64,
+    replies: AtomicU64,
+    forwards: AtomicU64,
+    micros: AtomicU64,
+    errors: [AtomicU64; ErrorKind::ALL.len()],
+}
+
+/// A copy of one plugin's counters at one moment.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Snapshot {
+    pub calls: u64,
+    pub drops: u64,
+    pub replies: u64,
+    pub forwards: u64,
+    /// Time spent in calls, instantiation included.
+    pub micros: u64,
+    pub errors: BTreeMap<&'static str, u64>,
+}
+
+impl PluginCounters {
+    pub fn call(&self, took: Duration) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.micros.fetch_add(micros, Ordering::Relaxed);
+    }
+    pub fn drop_(&self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn reply(&self) {
+        self.replies.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn forwards(&self, n: usize) {
+        self.forwards.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            calls: self.calls.load(Ordering::Relaxed),
+            drops: self.drops.load(Ordering::Relaxed),
+            replies: self.replies.load(Ordering::Relaxed),
+            forwards: self.forwards.load(Ordering::Relaxed),
+            micros: self.micros.load(Ordering::Relaxed),
+            errors: ErrorKind::ALL
+                .iter()
+                .map(|k| (k.as_str(), self.errors[*k as usize].load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+}
+
+/// Counters of every plugin ever loaded, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Counters(Arc<Mutex<BTreeMap<String, Arc<PluginCounters>>>>);
+
+impl Counters {
+    pub fn of(&self, plugin: &str) -> Arc<PluginCounters> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(plugin.to_owned()).or_default().clone()
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, Snapshot> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), v.snapshot())).collect()
+    }
+}

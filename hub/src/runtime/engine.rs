@@ -1,0 +1,87 @@
+//! The one `wasmtime::Engine` every plugin runs on, and the epoch ticker that
+//! turns per-call deadlines into traps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy,
+};
+
+use crate::config::MAX_PLUGIN_MEMORY_MB;
+
+/// How often the epoch advances; deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Core instances and memories one plugin component may hold; Rust
+/// `wasm32-wasip2` components use a handful of core instances and one memory.
+const CORE_INSTANCES_PER_PLUGIN: u32 = 16;
+const MEMORIES_PER_PLUGIN: u32 = 2;
+const TABLES_PER_PLUGIN: u32 = 16;
+
+/// Builds the engine: component model, async calls, epoch interruption,
+/// Cranelift, and a pooling allocator with copy-on-write memory images sized
+/// for `slots` calls at once.
+pub fn build(slots: u32) -> wasmtime::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * CORE_INSTANCES_PER_PLUGIN)
+        .total_memories(slots * MEMORIES_PER_PLUGIN)
+        .total_tables(slots * TABLES_PER_PLUGIN)
+        .total_stacks(slots)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_PLUGIN)
+        .max_memories_per_component(MEMORIES_PER_PLUGIN)
+        .max_tables_per_component(TABLES_PER_PLUGIN)
+        .max_memory_size((MAX_PLUGIN_MEMORY_MB as usize) << 20);
+
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .strategy(Strategy::Cranelift)
+        .cranelift_opt_level(OptLevel::Speed)
+        .memory_init_cow(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config)
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    pub fn start(engine: &Engine) -> std::io::Result<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        // A weak handle: the ticker must not keep a dropped runtime's engine alive.
+        let engine = engine.weak();
+        std::thread::Builder::new()
+            .name("hub-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match engine.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })?;
+        Ok(Ticker { stop })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Ticks for a deadline `timeout` from now (at least one).
+pub fn ticks(timeout: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_micros().max(1);
+    u64::try_from(timeout.as_micros().div_ceil(tick))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}

@@ -1,0 +1,145 @@
+//! The wasmtime host: one engine, compiled-plugin cache, the bounded pool of
+//! call slots, and the plugins loaded on it. Each call runs in a fresh store.
+
+mod bindings;
+mod cache;
+mod counters;
+mod engine;
+mod host;
+mod plugin;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+pub use cache::Origin;
+pub use counters::{Counters, PluginCounters, Snapshot};
+pub use plugin::{Action, Forward, Outcome, Plugin, PluginEvent, Services};
+
+/// Why a plugin call failed; each kind is counted per plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The guest trapped (a panic, an unreachable, a stack overflow).
+    Trap,
+    /// The call ran past its `timeout_ms`.
+    Timeout,
+    /// The guest asked for more memory than `memory_mb`.
+    Memory,
+    /// Payloads returned were larger than `max_output_bytes`.
+    OutputTooLarge,
+    /// A `send` or forward to a destination the plugin was not granted.
+    Destination,
+    /// More host calls than `max_host_calls`.
+    HostCalls,
+    /// A payload that is not JSON, or not valid for the event's kind.
+    InvalidOutput,
+    /// The plugin returned an error of its own.
+    Failed,
+    /// The component could not be instantiated.
+    Instantiate,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::Trap,
+        ErrorKind::Timeout,
+        ErrorKind::Memory,
+        ErrorKind::OutputTooLarge,
+        ErrorKind::Destination,
+        ErrorKind::HostCalls,
+        ErrorKind::InvalidOutput,
+        ErrorKind::Failed,
+        ErrorKind::Instantiate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Trap => "trap",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Memory => "memory",
+            ErrorKind::OutputTooLarge => "output_too_large",
+            ErrorKind::Destination => "destination",
+            ErrorKind::HostCalls => "host_calls",
+            ErrorKind::InvalidOutput => "invalid_output",
+            ErrorKind::Failed => "failed",
+            ErrorKind::Instantiate => "instantiate",
+        }
+    }
+}
+
+/// A failed plugin call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("plugin `{plugin}` failed ({}): {message}", .kind.as_str())]
+pub struct PluginError {
+    pub plugin: String,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// A plugin that cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("plugin `{name}`: cannot read {path}: {source}")]
+    Read {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("plugin `{name}`: {path} is not a usable component: {message}")]
+    Compile {
+        name: String,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("plugin `{name}`: {path} does not fit the hub:plugin world: {message}")]
+    World {
+        name: String,
+        path: PathBuf,
+        message: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the plugin runtime: {0}")]
+pub struct RuntimeError(String);
+
+/// The engine and what every call shares.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: wasmtime::Engine,
+    linker: wasmtime::component::Linker<host::HostState>,
+    cache: cache::ComponentCache,
+    /// One permit per pooled instance slot: a call waits here instead of
+    /// failing when the pool is busy.
+    slots: Arc<Semaphore>,
+    counters: Counters,
+    _ticker: engine::Ticker,
+}
+
+impl Runtime {
+    pub fn new(cache_dir: PathBuf, slots: u32) -> Result<Runtime, RuntimeError> {
+        let engine = engine::build(slots).map_err(|e| RuntimeError(format!("{e:#}")))?;
+        let linker = host::linker(&engine).map_err(|e| RuntimeError(format!("{e:#}")))?;
+        let ticker = engine::Ticker::start(&engine).map_err(|e| RuntimeError(e.to_string()))?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache: cache::ComponentCache::new(cache_dir),
+                slots: Arc::new(Semaphore::new(slots as usize)),
+                counters: Counters::default(),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+}

@@ -1,0 +1,363 @@
+//! One loaded plugin: its pre-instantiated component, grants and limits, and
+//! a call: fresh store, deadline, memory cap, then the outcome checked
+//! against what the plugin may do.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::bindings::{self, PluginPre};
+use super::host::HostState;
+use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
+use crate::config::PluginConfig;
+use crate::delivery::HttpSender;
+use crate::destinations::{Destination, Destinations};
+use crate::event::{Direction, Event};
+use crate::store::Store;
+
+/// What host imports reach: the database (key-value), the destinations and
+/// the HTTP client.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Store,
+    pub destinations: Arc<Destinations>,
+    pub sender: HttpSender,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub memory_bytes: usize,
+    pub max_output_bytes: usize,
+    pub max_host_calls: u32,
+}
+
+pub struct Plugin {
+    name: String,
+    config_json: String,
+    /// Content hash of the `.wasm`: a reload keeps plugins whose hash is unchanged.
+    digest: String,
+    limits: Limits,
+    kv: bool,
+    grants: HashMap<String, Arc<Destination>>,
+    services: Services,
+    runtime: Runtime,
+    pre: PluginPre<HostState>,
+    counters: Arc<PluginCounters>,
+}
+
+/// The event as a plugin sees it, with the hub's context.
+pub struct PluginEvent<'a> {
+    pub event: &'a Event,
+    pub channel: Option<&'a str>,
+    pub context: &'a Value,
+}
+
+/// What a plugin decided, parsed and checked.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub action: Action,
+    pub forwards: Vec<Forward>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Continue(Option<Value>),
+    Drop(String),
+    Reply(Value),
+}
+
+#[derive(Debug, Clone)]
+pub struct Forward {
+    pub destination: Arc<Destination>,
+    pub payload: Value,
+}
+
+impl Plugin {
+    /// Reads, compiles (or takes from the cache) and type-checks a plugin.
+    pub fn load(
+        runtime: &Runtime,
+        config: &PluginConfig,
+        path: &Path,
+        services: Services,
+    ) -> Result<(Plugin, Origin), LoadError> {
+        let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
+            name: config.name.clone(),
+            path: path.to_owned(),
+            source,
+        })?;
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm));
+        let (component, origin) = runtime
+            .inner
+            .cache
+            .load(&runtime.inner.engine, &wasm)
+            .map_err(|e| LoadError::Compile {
+                name: config.name.clone(),
+                path: path.to_owned(),
+                message: format!("{e:#}"),
+            })?;
+        let world = |e: wasmtime::Error| LoadError::World {
+            name: config.name.clone(),
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let pre = runtime
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(world)?;
+        let pre = PluginPre::new(pre).map_err(world)?;
+        let config_json =
+            serde_json::to_string(&config.config).unwrap_or_else(|_| "{}".to_owned());
+        let grants = config
+            .destinations
+            .iter()
+            .filter_map(|d| services.destinations.get(d).map(|t| (d.clone(), t.clone())))
+            .collect();
+        let plugin = Plugin {
+            name: config.name.clone(),
+            config_json,
+            digest,
+            limits: Limits {
+                timeout: Duration::from_millis(config.timeout_ms),
+                memory_bytes: (config.memory_mb as usize) << 20,
+                max_output_bytes: config.max_output_bytes,
+                max_host_calls: config.max_host_calls,
+            },
+            kv: config.kv,
+            grants,
+            services,
+            runtime: runtime.clone(),
+            pre,
+            counters: runtime.counters().of(&config.name),
+        };
+        Ok((plugin, origin))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    pub fn kv_enabled(&self) -> bool {
+        self.kv
+    }
+    pub fn config_json(&self) -> &str {
+        &self.config_json
+    }
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+    pub fn counters(&self) -> &PluginCounters {
+        &self.counters
+    }
+    pub fn granted(&self, destination: &str) -> Option<Arc<Destination>> {
+        self.grants.get(destination).cloned()
+    }
+
+    /// Runs the plugin on one event. Whatever the guest does, the result is
+    /// an outcome or an error, within the plugin's limits.
+    pub async fn call(self: &Arc<Self>, input: &PluginEvent<'_>) -> Result<Outcome, PluginError> {
+        let started = Instant::now();
+        let result = self.call_inner(input, started).await;
+        self.counters.call(started.elapsed());
+        match &result {
+            Ok(outcome) => {
+                match outcome.action {
+                    Action::Drop(_) => self.counters.drop_(),
+                    Action::Reply(_) => self.counters.reply(),
+                    Action::Continue(_) => {}
+                }
+                self.counters.forwards(outcome.forwards.len());
+            }
+            Err(e) => {
+                self.counters.error(e.kind);
+                tracing::warn!(plugin = %self.name, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
+            }
+        }
+        result
+    }
+
+    async fn call_inner(
+        self: &Arc<Self>,
+        input: &PluginEvent<'_>,
+        started: Instant,
+    ) -> Result<Outcome, PluginError> {
+        let _slot = self
+            .runtime
+            .inner
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
+        let deadline = started + self.limits.timeout;
+        let state = HostState::new(self.clone(), input.event.id.to_string(), deadline);
+        let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(engine::ticks(self.limits.timeout));
+        store.epoch_deadline_trap();
+
+        let event = wit_event(input);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let run = async {
+            let instance = self
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(Failure::Instantiate)?;
+            instance
+                .call_handle(&mut store, &event)
+                .await
+                .map_err(Failure::Call)
+        };
+        // The epoch deadline stops guest code; this one also bounds host calls.
+        let result = tokio::time::timeout(left, run).await;
+        let state = store.data_mut();
+        log_stdio(&self.name, "stdout", &state.stdout.contents());
+        log_stdio(&self.name, "stderr", &state.stderr.contents());
+        let answer = match result {
+            Err(_) => {
+                return Err(self.error(
+                    ErrorKind::Timeout,
+                    format!("no answer within {} ms", self.limits.timeout.as_millis()),
+                ));
+            }
+            Ok(Err(Failure::Instantiate(e))) => {
+                return Err(self.error(ErrorKind::Instantiate, format!("{e:#}")));
+            }
+            Ok(Err(Failure::Call(e))) => return Err(self.classify(state, &e)),
+            Ok(Ok(answer)) => answer,
+        };
+        let outcome = match answer {
+            Ok(outcome) => self.check(outcome)?,
+            Err(message) => return Err(self.error(ErrorKind::Failed, message)),
+        };
+        let writes = std::mem::take(&mut state.kv_writes);
+        if let Err(e) = self.services.store.kv_apply(&self.name, &writes).await {
+            tracing::error!(plugin = %self.name, error = %e, "key-value writes lost");
+        }
+        Ok(outcome)
+    }
+
+    /// Names what stopped the guest: a host import's own reason, the memory
+    /// cap, the deadline, or a plain trap.
+    fn classify(&self, state: &HostState, e: &wasmtime::Error) -> PluginError {
+        if let Some((kind, message)) = &state.failure {
+            return self.error(*kind, message.clone());
+        }
+        if state.limiter.exceeded {
+            return self.error(
+                ErrorKind::Memory,
+                format!(
+                    "more than {} MiB of memory requested",
+                    self.limits.memory_bytes >> 20
+                ),
+            );
+        }
+        if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+            return self.error(
+                ErrorKind::Timeout,
+                format!("still running after {} ms", self.limits.timeout.as_millis()),
+            );
+        }
+        self.error(ErrorKind::Trap, format!("{e:#}"))
+    }
+
+    /// Parses the guest's outcome and holds it to the plugin's limits and grants.
+    fn check(&self, outcome: bindings::Outcome) -> Result<Outcome, PluginError> {
+        let size = match &outcome.action {
+            bindings::Action::Continue(Some(p))
+            | bindings::Action::Reply(p)
+            | bindings::Action::Drop(p) => p.len(),
+            bindings::Action::Continue(None) => 0,
+        } + outcome
+            .forwards
+            .iter()
+            .map(|f| f.payload.len() + f.destination.len())
+            .sum::<usize>();
+        if size > self.limits.max_output_bytes {
+            return Err(self.error(
+                ErrorKind::OutputTooLarge,
+                format!(
+                    "{size} bytes of output, more than max_output_bytes = {}",
+                    self.limits.max_output_bytes
+                ),
+            ));
+        }
+        let json = |what: &str, text: &str| {
+            serde_json::from_str::<Value>(text).map_err(|e| {
+                self.error(ErrorKind::InvalidOutput, format!("{what} is not JSON: {e}"))
+            })
+        };
+        let action = match outcome.action {
+            bindings::Action::Continue(None) => Action::Continue(None),
+            bindings::Action::Continue(Some(p)) => Action::Continue(Some(json("the payload", &p)?)),
+            bindings::Action::Drop(reason) => Action::Drop(reason),
+            bindings::Action::Reply(p) => Action::Reply(json("the reply", &p)?),
+        };
+        let mut forwards = Vec::with_capacity(outcome.forwards.len());
+        for f in outcome.forwards {
+            let destination = self.granted(&f.destination).ok_or_else(|| {
+                self.error(
+                    ErrorKind::Destination,
+                    format!(
+                        "destination `{}` is not granted to this plugin",
+                        f.destination
+                    ),
+                )
+            })?;
+            forwards.push(Forward {
+                destination,
+                payload: json("a forward's payload", &f.payload)?,
+            });
+        }
+        Ok(Outcome { action, forwards })
+    }
+
+    pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {
+        PluginError {
+            plugin: self.name.clone(),
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+enum Failure {
+    Instantiate(wasmtime::Error),
+    Call(wasmtime::Error),
+}
+
+fn wit_event(input: &PluginEvent<'_>) -> bindings::Event {
+    let e = input.event;
+    bindings::Event {
+        id: e.id.to_string(),
+        kind: e.kind.as_str().to_owned(),
+        direction: match e.direction {
+            Direction::In => bindings::Direction::Inbound,
+            Direction::Out => bindings::Direction::Outbound,
+        },
+        channel_id: e.channel_id,
+        channel: input.channel.map(str::to_owned),
+        chat_id: e.chat_id,
+        payload: e.payload.to_string(),
+        at: e.at,
+        context: input.context.to_string(),
+    }
+}
+
+fn log_stdio(plugin: &str, stream: &'static str, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    for line in String::from_utf8_lossy(bytes).lines() {
+        tracing::info!(plugin, stream, "{line}");
+    }
+}

@@ -1,0 +1,59 @@
+//! Plugin key-value namespaces: reads one key at a time, writes a call's
+//! changes together once the call has succeeded.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use super::{Ctx, Store, StoreError};
+use crate::clock::now_ms;
+
+impl Store {
+    pub async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM plugin_kv WHERE plugin = $1 AND key = $2")
+            .bind(plugin)
+            .bind(key)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("reading a plugin key")?;
+        row.map(|r| r.try_get::<String, _>("value"))
+            .transpose()
+            .ctx("reading a plugin key")
+    }
+
+    /// Applies one call's writes: `Some` sets a key, `None` deletes it.
+    pub async fn kv_apply(
+        &self,
+        plugin: &str,
+        writes: &BTreeMap<String, Option<String>>,
+    ) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        for (key, value) in writes {
+            match value {
+                Some(value) => sqlx::query(
+                    "INSERT INTO plugin_kv (plugin, key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(plugin)
+                .bind(key.as_str())
+                .bind(value.as_str())
+                .bind(now)
+                .execute(&mut *w.tx)
+                .await
+                .ctx("writing a plugin key")?,
+                None => sqlx::query("DELETE FROM plugin_kv WHERE plugin = $1 AND key = $2")
+                    .bind(plugin)
+                    .bind(key.as_str())
+                    .execute(&mut *w.tx)
+                    .await
+                    .ctx("deleting a plugin key")?,
+            };
+        }
+        w.commit().await
+    }
+}

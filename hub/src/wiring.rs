@@ -1,0 +1,176 @@
+//! The plugin wiring in force: destinations, loaded plugins and routes, built
+//! from `hub.toml` as one unit and swapped atomically on reload. An event
+//! keeps the wiring it started with until it is done.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::config::{Config, OnError};
+use crate::delivery::HttpSender;
+use crate::destinations::Destinations;
+use crate::runtime::{Origin, Plugin, Runtime, Services};
+use crate::store::Store;
+
+/// Which events a route takes and the plugins they cross, in order.
+pub struct Route {
+    pub events: Vec<String>,
+    pub channels: Vec<String>,
+    pub plugins: Vec<Arc<Plugin>>,
+    pub on_error: OnError,
+}
+
+#[derive(Default)]
+pub struct Wiring {
+    pub destinations: Arc<Destinations>,
+    pub plugins: HashMap<String, Arc<Plugin>>,
+    pub routes: Vec<Route>,
+}
+
+/// What loading a wiring compiled, for the log.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub compiled: Vec<String>,
+    pub cached: Vec<String>,
+}
+
+impl Wiring {
+    /// Loads every plugin of `config` and resolves its routes; all problems
+    /// are reported together. Compiling is CPU work: call it off the request path.
+    pub fn load(
+        config: &Config,
+        runtime: &Runtime,
+        store: &Store,
+        sender: &HttpSender,
+    ) -> Result<(Wiring, Loaded), Vec<String>> {
+        let mut problems = Vec::new();
+        let destinations = match Destinations::from_config(&config.destinations, |k| {
+            std::env::var(k).ok()
+        }) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                problems.push(e);
+                Arc::new(Destinations::default())
+            }
+        };
+        let services = Services {
+            store: store.clone(),
+            destinations: destinations.clone(),
+            sender: sender.clone(),
+        };
+        let mut loaded = Loaded::default();
+        let mut plugins = HashMap::new();
+        for p in &config.plugins {
+            match Plugin::load(runtime, p, &config.resolve(&p.path), services.clone()) {
+                Ok((plugin, origin)) => {
+                    match origin {
+                        Origin::Compiled => loaded.compiled.push(p.name.clone()),
+                        Origin::Cached => loaded.cached.push(p.name.clone()),
+                    }
+                    plugins.insert(p.name.clone(), Arc::new(plugin));
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for (i, r) in config.routes.iter().enumerate() {
+            let mut chain = Vec::with_capacity(r.plugins.len());
+            for name in &r.plugins {
+                match plugins.get(name) {
+                    Some(p) => chain.push(p.clone()),
+                    // Unknown names are reported by config validation; a plugin
+                    // that failed to load is reported above.
+                    None => problems.push(format!("routes[{i}]: plugin `{name}` is not loaded")),
+                }
+            }
+            routes.push(Route {
+                events: r.events.clone(),
+                channels: r.channels.clone(),
+                plugins: chain,
+                on_error: r.on_error,
+            });
+        }
+        if problems.is_empty() {
+            Ok((
+                Wiring {
+                    destinations,
+                    plugins,
+                    routes,
+                },
+                loaded,
+            ))
+        } else {
+            problems.dedup();
+            Err(problems)
+        }
+    }
+}
+
+impl Route {
+    /// True when the route takes events of `kind` on the channel named `channel`.
+    pub fn takes(&self, kind: &str, channel: Option<&str>) -> bool {
+        let channel_ok = self.channels.is_empty()
+            || channel.is_some_and(|c| self.channels.iter().any(|n| n == c));
+        channel_ok && self.events.iter().any(|g| glob_matches(g, kind))
+    }
+}
+
+/// `*` matches any run of characters (dots included); everything else matches itself.
+pub fn glob_matches(glob: &str, text: &str) -> bool {
+    let mut parts = glob.split('*');
+    let Some(first) = parts.next() else {
+        return text.is_empty();
+    };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*` at all: the whole text must have matched.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// The wiring in force; cloning shares it.
+#[derive(Clone, Default)]
+pub struct WiringHandle(Arc<RwLock<Arc<Wiring>>>);
+
+impl WiringHandle {
+    pub fn new(wiring: Wiring) -> WiringHandle {
+        WiringHandle(Arc::new(RwLock::new(Arc::new(wiring))))
+    }
+
+    pub fn current(&self) -> Arc<Wiring> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `wiring` in force; events already under way finish on the old one.
+    pub fn replace(&self, wiring: Wiring) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(wiring);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matches;
+
+    #[test]
+    fn globs_match_dotted_kinds() {
+        assert!(glob_matches("channel.*", "channel.customer_message"));
+        assert!(glob_matches("*", "webhook.chat_finished"));
+        assert!(glob_matches("crm.*.updated_deal", "crm.crm_deal.updated_deal"));
+        assert!(glob_matches("*.delivery_result", "forward.delivery_result"));
+        assert!(glob_matches("channel.customer_message", "channel.customer_message"));
+        assert!(!glob_matches("channel.customer_message", "channel.customer_messages"));
+        assert!(!glob_matches("channel.*", "webhook.chat_accepted"));
+        assert!(!glob_matches("*.typing", "channel.agent_typing"));
+        assert!(glob_matches("*typing", "channel.agent_typing"));
+        assert!(!glob_matches("a*a", "a"));
+    }
+}

@@ -1,0 +1,511 @@
+//! Plugins on the event path, end to end: the four example plugins, forwards
+//! to destinations, replies, drops, validation of changed payloads, reload,
+//! the compiled-plugin cache, and `on_error`.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{
+    HubOptions, Integrator, Reply, TestAgent, TestChannel, TestHub, eventually, plugin_toml,
+    route_toml,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A hub with `wiring` (plugins, routes, destinations) appended to its
+/// config, one channel `web` posting to a loopback integrator, and agent Ann.
+struct Setup {
+    hub: TestHub,
+    integrator: Integrator,
+    web: TestChannel,
+    ann: TestAgent,
+}
+
+impl Setup {
+    async fn start(wiring: String) -> Setup {
+        let integrator = Integrator::start().await;
+        let hub = TestHub::start_with(HubOptions {
+            extra_toml: wiring,
+            ..HubOptions::default()
+        })
+        .await;
+        let ann = hub.create_agent("Ann", "ann@example.com").await;
+        let web = hub
+            .create_channel("web", &integrator.url, false, &["ann@example.com"])
+            .await;
+        Setup {
+            hub,
+            integrator,
+            web,
+            ann,
+        }
+    }
+
+    /// Texts of the customer's chat as Ann sees them, with their authors.
+    async fn chat_texts(&self) -> Vec<(String, String)> {
+        let Some(chat) = self.ann.chats().await.first().and_then(|c| c["id"].as_i64()) else {
+            return Vec::new();
+        };
+        self.ann.chat(chat).await["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                (
+                    m["author"].as_str().unwrap_or_default().to_owned(),
+                    m["body"]["text"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Restarts the hub on the same database; it comes back on a new port.
+    async fn restart(self) -> Setup {
+        let old = self.hub.base.clone();
+        let hub = self.hub.restart().await;
+        let mut web = self.web;
+        web.endpoint_url = web.endpoint_url.replacen(&old, &hub.base, 1);
+        let mut ann = self.ann;
+        ann.base = hub.base.clone();
+        Setup {
+            hub,
+            integrator: self.integrator,
+            web,
+            ann,
+        }
+    }
+
+    async fn counter(&self, key: &str) -> f64 {
+        self.hub.metrics().await.get(key).copied().unwrap_or(0.0)
+    }
+}
+
+fn customer_route() -> &'static str {
+    "\"channel.customer_message\""
+}
+
+#[tokio::test]
+async fn redact_masks_customer_text_before_agents_and_the_log_see_it() {
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &route_toml(customer_route(), "\"redact\"", "reject");
+    let s = Setup::start(wiring).await;
+    s.hub
+        .say(
+            &s.web,
+            json!(7),
+            "card 4111 1111 1111 1111, mail bob@example.com, call +1 (555) 010-9999 on 2026-11-22",
+        )
+        .await;
+    let texts = s.chat_texts().await;
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    let text = &texts[0].1;
+    assert!(text.contains("[card]") && text.contains("[email]") && text.contains("[phone]"), "{text}");
+    assert!(!text.contains("4111") && !text.contains("bob@"), "{text}");
+    assert!(text.contains("2026-11-22"), "dates are not phone numbers: {text}");
+
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat id");
+    let logged = s.hub.store().events_of_chat(chat).await.expect("event log");
+    let raw = serde_json::to_string(&logged.iter().map(|e| &e.payload).collect::<Vec<_>>())
+        .expect("payloads");
+    assert!(!raw.contains("4111 1111"), "the event log keeps the card number: {raw}");
+    assert_eq!(s.counter("hub_plugin_calls_total{plugin=\"redact\"}").await, 1.0);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn spam_guard_drops_patterns_and_rate_limits_clients_across_restarts() {
+    let wiring = plugin_toml(
+        "spam-guard",
+        "spam_guard",
+        "kv = true",
+        "patterns = [\"casino\"]\nmax_messages = 3\nwindow_secs = 3600",
+    ) + &route_toml(customer_route(), "\"spam-guard\"", "skip");
+    let s = Setup::start(wiring).await;
+
+    // A dropped message still gets 200: the integrator did nothing wrong.
+    s.hub.say(&s.web, json!(1), "Win big at the CASINO").await;
+    assert!(s.ann.chats().await.is_empty(), "a spam message opened a chat");
+
+    for i in 0..5 {
+        s.hub.say(&s.web, json!(2), &format!("question {i}")).await;
+    }
+    let texts = s.chat_texts().await;
+    assert_eq!(texts.len(), 3, "only 3 messages per window pass: {texts:?}");
+    assert_eq!(
+        s.counter("hub_plugin_drops_total{plugin=\"spam-guard\"}").await,
+        3.0
+    );
+
+    // The window lives in the plugin's key-value store, so a restart keeps it.
+    let s = s.restart().await;
+    s.hub.say(&s.web, json!(2), "after restart").await;
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat");
+    let count = s.ann.chat(chat).await["messages"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or_default();
+    assert_eq!(count, 3, "the rate limit was forgotten on restart");
+    // Another client is not limited.
+    s.hub.say(&s.web, json!(3), "hello").await;
+    assert_eq!(s.ann.chats().await.len(), 2);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn crm_forward_delivers_mapped_events_durably_with_the_destinations_headers() {
+    let crm = Integrator::start().await;
+    // The CRM fails once: the forward is retried under the destination's policy.
+    crm.script([Reply::json(503, "busy")]);
+    let wiring = format!(
+        "[[destinations]]\nname = \"crm\"\nurl = \"{}\"\ntimeout_ms = 1000\n\
+         headers = {{ Authorization = \"Bearer crm-secret\" }}\n\
+         retry = {{ attempts = 3, interval_ms = 100, backoff = 2.0 }}\n\n",
+        crm.url
+    ) + &plugin_toml(
+        "crm-forward",
+        "crm_forward",
+        "destinations = [\"crm\"]",
+        "destination = \"crm\"\nevents = [\"channel.customer_message\", \"channel.agent_message\"]",
+    ) + &route_toml("\"channel.*\"", "\"crm-forward\"", "skip");
+    let s = Setup::start(wiring).await;
+    s.hub
+        .customer(
+            &s.web,
+            json!({"sender": {"id": "c-9", "name": "Bob", "email": "bob@example.com"},
+                   "message": {"type": "text", "text": "Hello"}}),
+        )
+        .await;
+    let got = crm.wait_for(2, WAIT).await;
+    assert_eq!(got[0].body, got[1].body, "a retry carries the same payload");
+    assert_eq!(
+        got[0].header("x-hub-delivery"),
+        got[1].header("x-hub-delivery"),
+        "a retry keeps its delivery id"
+    );
+    let body = got[1].json();
+    assert_eq!(got[1].header("authorization"), Some("Bearer crm-secret"));
+    assert_eq!(body["event"], "channel.customer_message");
+    assert_eq!(body["contact"]["external_id"], "c-9");
+    assert_eq!(body["contact"]["name"], "Bob");
+    assert_eq!(body["message"]["text"], "Hello");
+    assert_eq!(body["channel"], "web");
+
+    // Agent messages are forwarded too; the integrator still gets the reply.
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat");
+    s.ann.reply(chat, "Hi Bob").await;
+    let got = crm.wait_for(3, WAIT).await;
+    assert_eq!(got[2].json()["event"], "channel.agent_message");
+    let sent = s.integrator.wait_for(1, WAIT).await;
+    assert_eq!(sent[0].json()["message"]["text"], "Hi Bob");
+
+    // The forward's result is an event of its own in the chat's log.
+    let log = eventually(WAIT, "forward result in the log", || async {
+        let log = s.hub.store().events_of_chat(chat).await.ok()?;
+        let done = log
+            .iter()
+            .filter(|e| e.kind.as_str() == "forward.delivery_result")
+            .count();
+        (done >= 2).then_some(log)
+    })
+    .await;
+    assert!(
+        log.iter()
+            .any(|e| e.kind.as_str() == "forward.delivery_result"
+                && e.payload["state"] == "delivered")
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_reply_answers_keywords_and_sends_one_away_message_when_nobody_is_online() {
+    let wiring = plugin_toml(
+        "auto-reply",
+        "auto_reply",
+        "kv = true",
+        "sender_name = \"Helper\"\naway_message = \"We are away, we will answer soon.\"\n\
+         [[plugins.config.keywords]]\nmatch = [\"price\", \"cost\"]\nreply = \"Prices: https://example.com/prices\"",
+    ) + &route_toml(customer_route(), "\"auto-reply\"", "skip");
+    let s = Setup::start(wiring).await;
+
+    s.hub.say(&s.web, json!(42), "Hello?").await;
+    s.hub.say(&s.web, json!(42), "Anybody there?").await;
+    s.hub.say(&s.web, json!(42), "What does it cost?").await;
+    let sent = s.integrator.wait_for(2, WAIT).await;
+    let first = sent[0].json();
+    assert_eq!(first["recipient"]["id"], 42, "recipient.id keeps its JSON type");
+    assert_eq!(first["sender"]["name"], "Helper");
+    assert_eq!(first["message"]["text"], "We are away, we will answer soon.");
+    assert_eq!(sent[1].json()["message"]["text"], "Prices: https://example.com/prices");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.integrator.requests().len(), 2, "the away message went out twice");
+
+    // Agents see the customer's messages and the automatic answers.
+    let texts = s.chat_texts().await;
+    let authors: Vec<&str> = texts.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(authors, ["client", "auto", "client", "client", "auto"], "{texts:?}");
+
+    // With an agent online, no away message.
+    s.ann.set_online(true).await;
+    s.hub.say(&s.web, json!(43), "Hi").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.integrator.requests().len(), 2);
+    s.hub.shutdown().await;
+}
+
+/// The fault plugin with `fault = <fault>` on customer messages.
+fn fault_wiring(fault: &str, extra: &str, on_error: &str) -> String {
+    plugin_toml(
+        "fault",
+        "fault",
+        &format!("timeout_ms = 200\nmemory_mb = 16\nmax_output_bytes = 65536\nmax_host_calls = 500\n{extra}"),
+        &format!("fault = \"{fault}\"\nsize_bytes = 1048576"),
+    ) + &route_toml(customer_route(), "\"fault\"", on_error)
+}
+
+#[tokio::test]
+async fn faulty_plugins_are_contained_and_skipped_while_traffic_flows() {
+    for (fault, kind) in [
+        ("loop", "timeout"),
+        ("memory", "memory"),
+        ("trap", "trap"),
+        ("huge_output", "output_too_large"),
+        ("host_calls", "host_calls"),
+        ("forbidden_send", "destination"),
+    ] {
+        let s = Setup::start(fault_wiring(fault, "", "skip")).await;
+        // Another channel without plugins keeps working while the fault runs.
+        let other = s
+            .hub
+            .create_channel("other", &s.integrator.url, false, &["ann@example.com"])
+            .await;
+        let (faulty, healthy) = tokio::join!(
+            s.hub.customer(
+                &s.web,
+                json!({"sender": {"id": 1}, "message": {"type": "text", "text": "still here"}}),
+            ),
+            async {
+                let mut codes = Vec::new();
+                for i in 0..5 {
+                    let (code, _) = s
+                        .hub
+                        .customer(
+                            &other,
+                            json!({"sender": {"id": 2}, "message": {"type": "text", "text": format!("m{i}")}}),
+                        )
+                        .await;
+                    codes.push(code);
+                }
+                codes
+            }
+        );
+        assert_eq!(faulty.0, 200, "{fault}: with on_error = skip the message passes");
+        assert!(healthy.iter().all(|c| *c == 200), "{fault}: {healthy:?}");
+        let all: Vec<String> = {
+            let mut all = Vec::new();
+            for c in s.ann.chats().await {
+                let id = c["id"].as_i64().expect("chat id");
+                for m in s.ann.chat(id).await["messages"].as_array().cloned().unwrap_or_default() {
+                    all.push(m["body"]["text"].as_str().unwrap_or_default().to_owned());
+                }
+            }
+            all
+        };
+        assert!(all.contains(&"still here".to_owned()), "{fault}: {all:?}");
+        assert_eq!(all.len(), 6, "{fault}: {all:?}");
+        let errors = s
+            .counter(&format!("hub_plugin_errors_total{{plugin=\"fault\",kind=\"{kind}\"}}"))
+            .await;
+        assert_eq!(errors, 1.0, "{fault} is counted as {kind}");
+        // The hub is still healthy and the plugin can be called again.
+        s.hub.say(&s.web, json!(1), "again").await;
+        assert_eq!(
+            s.counter("hub_plugin_calls_total{plugin=\"fault\"}").await,
+            2.0,
+            "{fault}"
+        );
+        s.hub.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_plugin_on_a_rejecting_route_refuses_the_message_with_a_5xx() {
+    let s = Setup::start(fault_wiring("trap", "", "reject")).await;
+    let (status, _) = s
+        .hub
+        .customer(
+            &s.web,
+            json!({"sender": {"id": 1}, "message": {"type": "text", "text": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 503, "the integrator may retry later");
+    assert!(s.ann.chats().await.is_empty(), "nothing is stored");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn changed_payloads_are_checked_against_the_channel_rules() {
+    let wiring = plugin_toml(
+        "fault",
+        "fault",
+        "",
+        "fault = \"replace\"\npayload = { sender = { id = \"\" }, message = { type = \"text\", text = \"forged\" } }",
+    ) + &route_toml(customer_route(), "\"fault\"", "skip");
+    let s = Setup::start(wiring).await;
+    s.hub.say(&s.web, json!(5), "original").await;
+    let texts = s.chat_texts().await;
+    assert_eq!(texts, [("client".to_owned(), "original".to_owned())]);
+    assert_eq!(
+        s.counter("hub_plugin_errors_total{plugin=\"fault\",kind=\"invalid_output\"}")
+            .await,
+        1.0
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn routes_filter_by_channel_and_chain_plugins_in_order() {
+    // redact then a plugin that drops what still contains "secret": the
+    // order is the route's, and only channel `web` is routed.
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &plugin_toml(
+            "guard",
+            "spam_guard",
+            "",
+            "patterns = [\"[email]\"]\nmax_messages = 100",
+        )
+        + "[[routes]]\nevents = [\"channel.*\"]\nchannels = [\"web\"]\nplugins = [\"redact\", \"guard\"]\n\n";
+    let s = Setup::start(wiring).await;
+    let other = s
+        .hub
+        .create_channel("other", &s.integrator.url, false, &["ann@example.com"])
+        .await;
+    s.hub.say(&s.web, json!(1), "mail me at a@b.example").await;
+    assert!(s.ann.chats().await.is_empty(), "redacted then dropped on web");
+    s.hub.say(&other, json!(1), "mail me at a@b.example").await;
+    let texts = s.chat_texts().await;
+    assert_eq!(texts[0].1, "mail me at a@b.example", "other is not routed");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_plugin_reply_to_an_agent_message_stands_in_for_the_integrator() {
+    let wiring = plugin_toml(
+        "fault",
+        "fault",
+        "",
+        "fault = \"reply\"\npayload = { result = \"ok\" }",
+    ) + &route_toml("\"channel.agent_message\"", "\"fault\"", "skip");
+    let s = Setup::start(wiring).await;
+    s.hub.say(&s.web, json!(1), "hi").await;
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat");
+    s.ann.reply(chat, "answered by a plugin").await;
+    let view = s.ann.chat(chat).await;
+    assert_eq!(view["messages"][1]["delivery"], "delivered");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.integrator.requests().is_empty(), "the integrator was called");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn forwards_carry_the_payload_of_every_routed_kind() {
+    let crm = Integrator::start().await;
+    let wiring = format!("[[destinations]]\nname = \"sink\"\nurl = \"{}\"\n\n", crm.url)
+        + &plugin_toml(
+            "fault",
+            "fault",
+            "destinations = [\"sink\"]",
+            "fault = \"forward\"\ndestination = \"sink\"",
+        )
+        + &route_toml("\"channel.customer_*\"", "\"fault\"", "skip");
+    let s = Setup::start(wiring).await;
+    s.hub
+        .customer(&s.web, json!({"sender": {"id": 1}, "message": {"type": "typein"}}))
+        .await;
+    s.hub.say(&s.web, json!(1), "hello").await;
+    let got = crm.wait_for(2, WAIT).await;
+    assert_eq!(got[0].json()["message"]["type"], "typein");
+    assert_eq!(got[1].json()["message"]["text"], "hello");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn reload_swaps_plugins_atomically_and_keeps_the_old_setup_on_errors() {
+    let s = Setup::start(String::new()).await;
+    s.hub.say(&s.web, json!(1), "bob@example.com").await;
+
+    let config = s.hub.dir.path().join("hub.toml");
+    let original = std::fs::read_to_string(&config).expect("config");
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &route_toml(customer_route(), "\"redact\"", "skip");
+    std::fs::write(&config, format!("{original}\n{wiring}")).expect("write config");
+    s.hub.running().reload().await.expect("reload");
+    s.hub.say(&s.web, json!(1), "bob@example.com").await;
+
+    // A broken file leaves the working setup in force.
+    std::fs::write(
+        &config,
+        format!("{original}\n{wiring}[[plugins]]\nname = \"ghost\"\npath = \"/nonexistent.wasm\"\n"),
+    )
+    .expect("write config");
+    let err = s.hub.running().reload().await.expect_err("reload must fail");
+    assert!(err.to_string().contains("ghost"), "{err}");
+    s.hub.say(&s.web, json!(1), "bob@example.com").await;
+
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["bob@example.com", "[email]", "[email]"]);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn compiled_plugins_are_cached_by_content_and_reused_after_restart() {
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &route_toml(customer_route(), "\"redact\"", "skip");
+    let s = Setup::start(wiring).await;
+    let cache = s.hub.dir.path().join("data/plugin-cache");
+    let files = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        let mut v: Vec<_> = std::fs::read_dir(&cache)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| Some((e.path(), e.metadata().ok()?.modified().ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = files();
+    assert_eq!(before.len(), 1, "one compiled plugin in {}", cache.display());
+    let s = s.restart().await;
+    assert_eq!(files(), before, "the restart compiled the plugin again");
+    s.hub.say(&s.web, json!(1), "a@b.example").await;
+    assert_eq!(s.chat_texts().await[0].1, "[email]", "the cached plugin runs");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_admin_api_lists_plugins_routes_and_counters() {
+    let wiring = plugin_toml("redact", "redact", "timeout_ms = 250", "")
+        + &route_toml(customer_route(), "\"redact\"", "reject");
+    let s = Setup::start(wiring).await;
+    s.hub.say(&s.web, json!(1), "x").await;
+    let v: Value = s
+        .hub
+        .http
+        .get(s.hub.url("/admin/v1/plugins"))
+        .bearer_auth(support::ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["plugins"][0]["name"], "redact");
+    assert_eq!(v["plugins"][0]["timeout_ms"], 250);
+    assert_eq!(v["plugins"][0]["counters"]["calls"], 1);
+    assert_eq!(v["routes"][0]["on_error"], "reject");
+    assert_eq!(v["routes"][0]["plugins"][0], "redact");
+    s.hub.shutdown().await;
+}
