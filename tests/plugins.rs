@@ -262,7 +262,10 @@ fn fault_wiring(fault: &str, extra: &str, on_error: &str) -> String {
         "fault",
         &format!("timeout_ms = 200\nmemory_mb = 16\nmax_output_bytes = 65536\nmax_host_calls = 500\n{extra}"),
         &format!("fault = \"{fault}\"\nsize_bytes = 1048576"),
-    ) + &route_toml(customer_route(), "\"fault\"", on_error)
+    ) + &format!(
+        "[[routes]]\nevents = [{}]\nchannels = [\"web\"]\nplugins = [\"fault\"]\non_error = \"{on_error}\"\n",
+        customer_route()
+    )
 }
 
 #[tokio::test]

@@ -125,7 +125,7 @@ impl Pipeline {
             let outcome = plugin.call(&input).await.and_then(|mut o| {
                 if let Action::Continue(Some(payload)) = &o.action {
                     let checked = validate::payload(&routed.event.kind, payload.clone())
-                        .map_err(|e| plugin.error(crate::runtime::ErrorKind::InvalidOutput, e))?;
+                        .map_err(|e| plugin.invalid_output(e))?;
                     o.action = Action::Continue(Some(checked));
                 }
                 Ok(o)

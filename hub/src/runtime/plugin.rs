@@ -321,6 +321,14 @@ impl Plugin {
         Ok(Outcome { action, forwards })
     }
 
+    /// An outcome the pipeline found invalid for the event's kind; counted
+    /// and logged like a failure of the call itself.
+    pub fn invalid_output(&self, message: String) -> PluginError {
+        self.counters.error(ErrorKind::InvalidOutput);
+        tracing::warn!(plugin = %self.name, kind = ErrorKind::InvalidOutput.as_str(), error = %message, "plugin call failed");
+        self.error(ErrorKind::InvalidOutput, message)
+    }
+
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {
         PluginError {
             plugin: self.name.clone(),
