@@ -45,7 +45,13 @@ impl Setup {
 
     /// Texts of the customer's chat as Ann sees them, with their authors.
     async fn chat_texts(&self) -> Vec<(String, String)> {
-        let Some(chat) = self.ann.chats().await.first().and_then(|c| c["id"].as_i64()) else {
+        let Some(chat) = self
+            .ann
+            .chats()
+            .await
+            .first()
+            .and_then(|c| c["id"].as_i64())
+        else {
             return Vec::new();
         };
         self.ann.chat(chat).await["messages"]
@@ -102,16 +108,28 @@ async fn redact_masks_customer_text_before_agents_and_the_log_see_it() {
     let texts = s.chat_texts().await;
     assert_eq!(texts.len(), 1, "{texts:?}");
     let text = &texts[0].1;
-    assert!(text.contains("[card]") && text.contains("[email]") && text.contains("[phone]"), "{text}");
+    assert!(
+        text.contains("[card]") && text.contains("[email]") && text.contains("[phone]"),
+        "{text}"
+    );
     assert!(!text.contains("4111") && !text.contains("bob@"), "{text}");
-    assert!(text.contains("2026-11-22"), "dates are not phone numbers: {text}");
+    assert!(
+        text.contains("2026-11-22"),
+        "dates are not phone numbers: {text}"
+    );
 
     let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat id");
     let logged = s.hub.store().events_of_chat(chat).await.expect("event log");
     let raw = serde_json::to_string(&logged.iter().map(|e| &e.payload).collect::<Vec<_>>())
         .expect("payloads");
-    assert!(!raw.contains("4111 1111"), "the event log keeps the card number: {raw}");
-    assert_eq!(s.counter("hub_plugin_calls_total{plugin=\"redact\"}").await, 1.0);
+    assert!(
+        !raw.contains("4111 1111"),
+        "the event log keeps the card number: {raw}"
+    );
+    assert_eq!(
+        s.counter("hub_plugin_calls_total{plugin=\"redact\"}").await,
+        1.0
+    );
     s.hub.shutdown().await;
 }
 
@@ -127,7 +145,10 @@ async fn spam_guard_drops_patterns_and_rate_limits_clients_across_restarts() {
 
     // A dropped message still gets 200: the integrator did nothing wrong.
     s.hub.say(&s.web, json!(1), "Win big at the CASINO").await;
-    assert!(s.ann.chats().await.is_empty(), "a spam message opened a chat");
+    assert!(
+        s.ann.chats().await.is_empty(),
+        "a spam message opened a chat"
+    );
 
     for i in 0..5 {
         s.hub.say(&s.web, json!(2), &format!("question {i}")).await;
@@ -135,7 +156,8 @@ async fn spam_guard_drops_patterns_and_rate_limits_clients_across_restarts() {
     let texts = s.chat_texts().await;
     assert_eq!(texts.len(), 3, "only 3 messages per window pass: {texts:?}");
     assert_eq!(
-        s.counter("hub_plugin_drops_total{plugin=\"spam-guard\"}").await,
+        s.counter("hub_plugin_drops_total{plugin=\"spam-guard\"}")
+            .await,
         3.0
     );
 
@@ -235,17 +257,34 @@ async fn auto_reply_answers_keywords_and_sends_one_away_message_when_nobody_is_o
     s.hub.say(&s.web, json!(42), "What does it cost?").await;
     let sent = s.integrator.wait_for(2, WAIT).await;
     let first = sent[0].json();
-    assert_eq!(first["recipient"]["id"], 42, "recipient.id keeps its JSON type");
+    assert_eq!(
+        first["recipient"]["id"], 42,
+        "recipient.id keeps its JSON type"
+    );
     assert_eq!(first["sender"]["name"], "Helper");
-    assert_eq!(first["message"]["text"], "We are away, we will answer soon.");
-    assert_eq!(sent[1].json()["message"]["text"], "Prices: https://example.com/prices");
+    assert_eq!(
+        first["message"]["text"],
+        "We are away, we will answer soon."
+    );
+    assert_eq!(
+        sent[1].json()["message"]["text"],
+        "Prices: https://example.com/prices"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(s.integrator.requests().len(), 2, "the away message went out twice");
+    assert_eq!(
+        s.integrator.requests().len(),
+        2,
+        "the away message went out twice"
+    );
 
     // Agents see the customer's messages and the automatic answers.
     let texts = s.chat_texts().await;
     let authors: Vec<&str> = texts.iter().map(|(a, _)| a.as_str()).collect();
-    assert_eq!(authors, ["client", "auto", "client", "client", "auto"], "{texts:?}");
+    assert_eq!(
+        authors,
+        ["client", "auto", "client", "client", "auto"],
+        "{texts:?}"
+    );
 
     // With an agent online, no away message.
     s.ann.set_online(true).await;
@@ -260,7 +299,9 @@ fn fault_wiring(fault: &str, extra: &str, on_error: &str) -> String {
     plugin_toml(
         "fault",
         "fault",
-        &format!("timeout_ms = 200\nmemory_mb = 16\nmax_output_bytes = 65536\nmax_host_calls = 500\n{extra}"),
+        &format!(
+            "timeout_ms = 200\nmemory_mb = 16\nmax_output_bytes = 65536\nmax_host_calls = 500\n{extra}"
+        ),
         &format!("fault = \"{fault}\"\nsize_bytes = 1048576"),
     ) + &format!(
         "[[routes]]\nevents = [{}]\nchannels = [\"web\"]\nplugins = [\"fault\"]\non_error = \"{on_error}\"\n",
@@ -304,13 +345,20 @@ async fn faulty_plugins_are_contained_and_skipped_while_traffic_flows() {
                 codes
             }
         );
-        assert_eq!(faulty.0, 200, "{fault}: with on_error = skip the message passes");
+        assert_eq!(
+            faulty.0, 200,
+            "{fault}: with on_error = skip the message passes"
+        );
         assert!(healthy.iter().all(|c| *c == 200), "{fault}: {healthy:?}");
         let all: Vec<String> = {
             let mut all = Vec::new();
             for c in s.ann.chats().await {
                 let id = c["id"].as_i64().expect("chat id");
-                for m in s.ann.chat(id).await["messages"].as_array().cloned().unwrap_or_default() {
+                for m in s.ann.chat(id).await["messages"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                {
                     all.push(m["body"]["text"].as_str().unwrap_or_default().to_owned());
                 }
             }
@@ -319,7 +367,9 @@ async fn faulty_plugins_are_contained_and_skipped_while_traffic_flows() {
         assert!(all.contains(&"still here".to_owned()), "{fault}: {all:?}");
         assert_eq!(all.len(), 6, "{fault}: {all:?}");
         let errors = s
-            .counter(&format!("hub_plugin_errors_total{{plugin=\"fault\",kind=\"{kind}\"}}"))
+            .counter(&format!(
+                "hub_plugin_errors_total{{plugin=\"fault\",kind=\"{kind}\"}}"
+            ))
             .await;
         assert_eq!(errors, 1.0, "{fault} is counted as {kind}");
         // The hub is still healthy and the plugin can be called again.
@@ -386,7 +436,10 @@ async fn routes_filter_by_channel_and_chain_plugins_in_order() {
         .create_channel("other", &s.integrator.url, false, &["ann@example.com"])
         .await;
     s.hub.say(&s.web, json!(1), "mail me at a@b.example").await;
-    assert!(s.ann.chats().await.is_empty(), "redacted then dropped on web");
+    assert!(
+        s.ann.chats().await.is_empty(),
+        "redacted then dropped on web"
+    );
     s.hub.say(&other, json!(1), "mail me at a@b.example").await;
     let texts = s.chat_texts().await;
     assert_eq!(texts[0].1, "mail me at a@b.example", "other is not routed");
@@ -408,24 +461,31 @@ async fn a_plugin_reply_to_an_agent_message_stands_in_for_the_integrator() {
     let view = s.ann.chat(chat).await;
     assert_eq!(view["messages"][1]["delivery"], "delivered");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(s.integrator.requests().is_empty(), "the integrator was called");
+    assert!(
+        s.integrator.requests().is_empty(),
+        "the integrator was called"
+    );
     s.hub.shutdown().await;
 }
 
 #[tokio::test]
 async fn forwards_carry_the_payload_of_every_routed_kind() {
     let crm = Integrator::start().await;
-    let wiring = format!("[[destinations]]\nname = \"sink\"\nurl = \"{}\"\n\n", crm.url)
-        + &plugin_toml(
-            "fault",
-            "fault",
-            "destinations = [\"sink\"]",
-            "fault = \"forward\"\ndestination = \"sink\"",
-        )
-        + &route_toml("\"channel.customer_*\"", "\"fault\"", "skip");
+    let wiring = format!(
+        "[[destinations]]\nname = \"sink\"\nurl = \"{}\"\n\n",
+        crm.url
+    ) + &plugin_toml(
+        "fault",
+        "fault",
+        "destinations = [\"sink\"]",
+        "fault = \"forward\"\ndestination = \"sink\"",
+    ) + &route_toml("\"channel.customer_*\"", "\"fault\"", "skip");
     let s = Setup::start(wiring).await;
     s.hub
-        .customer(&s.web, json!({"sender": {"id": 1}, "message": {"type": "typein"}}))
+        .customer(
+            &s.web,
+            json!({"sender": {"id": 1}, "message": {"type": "typein"}}),
+        )
         .await;
     s.hub.say(&s.web, json!(1), "hello").await;
     let got = crm.wait_for(2, WAIT).await;
@@ -450,10 +510,17 @@ async fn reload_swaps_plugins_atomically_and_keeps_the_old_setup_on_errors() {
     // A broken file leaves the working setup in force.
     std::fs::write(
         &config,
-        format!("{original}\n{wiring}[[plugins]]\nname = \"ghost\"\npath = \"/nonexistent.wasm\"\n"),
+        format!(
+            "{original}\n{wiring}[[plugins]]\nname = \"ghost\"\npath = \"/nonexistent.wasm\"\n"
+        ),
     )
     .expect("write config");
-    let err = s.hub.running().reload().await.expect_err("reload must fail");
+    let err = s
+        .hub
+        .running()
+        .reload()
+        .await
+        .expect_err("reload must fail");
     assert!(err.to_string().contains("ghost"), "{err}");
     s.hub.say(&s.web, json!(1), "bob@example.com").await;
 
@@ -480,11 +547,20 @@ async fn compiled_plugins_are_cached_by_content_and_reused_after_restart() {
         v
     };
     let before = files();
-    assert_eq!(before.len(), 1, "one compiled plugin in {}", cache.display());
+    assert_eq!(
+        before.len(),
+        1,
+        "one compiled plugin in {}",
+        cache.display()
+    );
     let s = s.restart().await;
     assert_eq!(files(), before, "the restart compiled the plugin again");
     s.hub.say(&s.web, json!(1), "a@b.example").await;
-    assert_eq!(s.chat_texts().await[0].1, "[email]", "the cached plugin runs");
+    assert_eq!(
+        s.chat_texts().await[0].1,
+        "[email]",
+        "the cached plugin runs"
+    );
     s.hub.shutdown().await;
 }
 

@@ -481,8 +481,14 @@ async fn hub_check_loads_every_plugin_and_names_the_broken_ones() {
     let bad = hub_cli(&config, &["check"], &[]);
     assert!(!bad.status.success());
     let err = stderr_of(&bad);
-    assert!(err.contains("plugin `junk`") && err.contains("not a usable component"), "{err}");
-    assert!(err.contains("plugin `gone`") && err.contains("gone.wasm"), "{err}");
+    assert!(
+        err.contains("plugin `junk`") && err.contains("not a usable component"),
+        "{err}"
+    );
+    assert!(
+        err.contains("plugin `gone`") && err.contains("gone.wasm"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -499,7 +505,11 @@ async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
     .expect("write event");
     let event = event.to_str().expect("utf-8 path");
 
-    let by_name = json_out(&hub_cli(&config, &["plugin", "test", "redact", "--event", event], &[]));
+    let by_name = json_out(&hub_cli(
+        &config,
+        &["plugin", "test", "redact", "--event", event],
+        &[],
+    ));
     assert_eq!(by_name["outcome"], "continue");
     assert_eq!(by_name["changed"], true);
     assert_eq!(by_name["payload"]["message"]["text"], "write to [email]");
@@ -508,8 +518,15 @@ async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
     let fault = fault.to_str().expect("utf-8 path");
     let by_path = json_out(&hub_cli(
         &config,
-        &["plugin", "test", fault, "--event", event,
-          "--plugin-config", r#"{"fault": "drop", "reason": "not today"}"#],
+        &[
+            "plugin",
+            "test",
+            fault,
+            "--event",
+            event,
+            "--plugin-config",
+            r#"{"fault": "drop", "reason": "not today"}"#,
+        ],
         &[],
     ));
     assert_eq!(by_path["outcome"], "drop");
@@ -517,11 +534,23 @@ async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
 
     let trapped = hub_cli(
         &config,
-        &["plugin", "test", fault, "--event", event, "--plugin-config", r#"{"fault": "trap"}"#],
+        &[
+            "plugin",
+            "test",
+            fault,
+            "--event",
+            event,
+            "--plugin-config",
+            r#"{"fault": "trap"}"#,
+        ],
         &[],
     );
     assert!(!trapped.status.success());
-    assert!(stderr_of(&trapped).contains("(trap)"), "{}", stderr_of(&trapped));
+    assert!(
+        stderr_of(&trapped).contains("(trap)"),
+        "{}",
+        stderr_of(&trapped)
+    );
 }
 
 #[tokio::test]
@@ -545,6 +574,9 @@ async fn sighup_reloads_plugins_without_a_restart() {
     .await;
     say(&ch.endpoint_url, "mail bob@example.com").await;
     let view = agent.chat(chat).await;
-    assert_eq!(view["messages"][1]["body"]["text"], "mail [email]", "{view}");
+    assert_eq!(
+        view["messages"][1]["body"]["text"], "mail [email]",
+        "{view}"
+    );
     assert!(hub.log().contains("plugins loaded"), "{}", hub.log());
 }

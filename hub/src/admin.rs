@@ -179,5 +179,8 @@ fn list_plugins(app: &App) -> Resp {
             })
         })
         .collect();
-    json(StatusCode::OK, &json!({ "plugins": plugins, "routes": routes }))
+    json(
+        StatusCode::OK,
+        &json!({ "plugins": plugins, "routes": routes }),
+    )
 }

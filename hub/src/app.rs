@@ -128,7 +128,11 @@ impl Running {
     pub async fn reload(&self) -> Result<(), ReloadError> {
         let file = self.source.as_deref().ok_or(ReloadError::NoFile)?;
         let config = Config::load(file)?;
-        let wiring = self.loader.load(config).await.map_err(ReloadError::Plugins)?;
+        let wiring = self
+            .loader
+            .load(config)
+            .await
+            .map_err(ReloadError::Plugins)?;
         self.wiring.replace(wiring);
         tracing::info!(file = %file.display(), "plugins, routes and destinations reloaded");
         Ok(())

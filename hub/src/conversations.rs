@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use crate::clock::now_ms;
 use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING};
-use crate::pipeline::FORWARD_KIND;
 use crate::event::{Direction, Event, EventKind};
 use crate::live::{Live, LiveEvent};
+use crate::pipeline::FORWARD_KIND;
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
 use crate::store::chats::{
     NewMessage, chat_in_tx, insert_chat, insert_message, live_chat_of_client,

@@ -39,8 +39,8 @@ impl Destinations {
             for (name, value) in &d.headers {
                 let key = format!("destination `{}` header `{name}`", d.name);
                 let value = expand_env(value, &get).map_err(|e| format!("{key}: {e}"))?;
-                let name = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|e| format!("{key}: {e}"))?;
+                let name =
+                    HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{key}: {e}"))?;
                 let mut value = HeaderValue::from_str(&value).map_err(|e| format!("{key}: {e}"))?;
                 value.set_sensitive(true);
                 headers.push((name, value));

@@ -41,14 +41,37 @@ fn render(app: &App) -> String {
         }
     };
     family("hub_plugin_calls_total", "Plugin calls made.", "counter");
-    family("hub_plugin_drops_total", "Events plugins dropped.", "counter");
-    family("hub_plugin_replies_total", "Events plugins answered.", "counter");
-    family("hub_plugin_forwards_total", "Forwards plugins asked for.", "counter");
-    family("hub_plugin_errors_total", "Failed plugin calls by kind.", "counter");
-    family("hub_plugin_call_seconds_total", "Time spent in plugin calls.", "counter");
+    family(
+        "hub_plugin_drops_total",
+        "Events plugins dropped.",
+        "counter",
+    );
+    family(
+        "hub_plugin_replies_total",
+        "Events plugins answered.",
+        "counter",
+    );
+    family(
+        "hub_plugin_forwards_total",
+        "Forwards plugins asked for.",
+        "counter",
+    );
+    family(
+        "hub_plugin_errors_total",
+        "Failed plugin calls by kind.",
+        "counter",
+    );
+    family(
+        "hub_plugin_call_seconds_total",
+        "Time spent in plugin calls.",
+        "counter",
+    );
     out
 }
 
 fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -141,9 +141,8 @@ pub fn plugin_config(
 /// `--plugin-config` as a JSON object or TOML table text.
 fn parse_table(text: &str) -> Result<toml::Table, TryoutError> {
     if let Ok(value) = serde_json::from_str::<Value>(text) {
-        return serde_json::from_value(value).map_err(|e| {
-            TryoutError::Setup(format!("--plugin-config: not a table: {e}"))
-        });
+        return serde_json::from_value(value)
+            .map_err(|e| TryoutError::Setup(format!("--plugin-config: not a table: {e}")));
     }
     toml::from_str(text).map_err(|e| TryoutError::Setup(format!("--plugin-config: {e}")))
 }
@@ -204,7 +203,9 @@ pub async fn run(
         .collect();
     let mut out = match outcome.action {
         Action::Continue(None) => json!({ "outcome": "continue", "changed": false }),
-        Action::Continue(Some(p)) => json!({ "outcome": "continue", "changed": true, "payload": p }),
+        Action::Continue(Some(p)) => {
+            json!({ "outcome": "continue", "changed": true, "payload": p })
+        }
         Action::Drop(reason) => json!({ "outcome": "drop", "reason": reason }),
         Action::Reply(reply) => json!({ "outcome": "reply", "reply": reply }),
     };

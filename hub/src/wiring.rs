@@ -43,15 +43,14 @@ impl Wiring {
         sender: &HttpSender,
     ) -> Result<(Wiring, Loaded), Vec<String>> {
         let mut problems = Vec::new();
-        let destinations = match Destinations::from_config(&config.destinations, |k| {
-            std::env::var(k).ok()
-        }) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                problems.push(e);
-                Arc::new(Destinations::default())
-            }
-        };
+        let destinations =
+            match Destinations::from_config(&config.destinations, |k| std::env::var(k).ok()) {
+                Ok(d) => Arc::new(d),
+                Err(e) => {
+                    problems.push(e);
+                    Arc::new(Destinations::default())
+                }
+            };
         let services = Services {
             store: store.clone(),
             destinations: destinations.clone(),
@@ -164,10 +163,19 @@ mod tests {
     fn globs_match_dotted_kinds() {
         assert!(glob_matches("channel.*", "channel.customer_message"));
         assert!(glob_matches("*", "webhook.chat_finished"));
-        assert!(glob_matches("crm.*.updated_deal", "crm.crm_deal.updated_deal"));
+        assert!(glob_matches(
+            "crm.*.updated_deal",
+            "crm.crm_deal.updated_deal"
+        ));
         assert!(glob_matches("*.delivery_result", "forward.delivery_result"));
-        assert!(glob_matches("channel.customer_message", "channel.customer_message"));
-        assert!(!glob_matches("channel.customer_message", "channel.customer_messages"));
+        assert!(glob_matches(
+            "channel.customer_message",
+            "channel.customer_message"
+        ));
+        assert!(!glob_matches(
+            "channel.customer_message",
+            "channel.customer_messages"
+        ));
         assert!(!glob_matches("channel.*", "webhook.chat_accepted"));
         assert!(!glob_matches("*.typing", "channel.agent_typing"));
         assert!(glob_matches("*typing", "channel.agent_typing"));

@@ -116,9 +116,7 @@ pub fn plugin_toml(name: &str, wasm: &str, extra: &str, config: &str) -> String 
 
 /// A `[[routes]]` table.
 pub fn route_toml(events: &str, plugins: &str, on_error: &str) -> String {
-    format!(
-        "[[routes]]\nevents = [{events}]\nplugins = [{plugins}]\non_error = \"{on_error}\"\n\n"
-    )
+    format!("[[routes]]\nevents = [{events}]\nplugins = [{plugins}]\non_error = \"{on_error}\"\n\n")
 }
 
 /// A hub running in this process.

@@ -161,7 +161,6 @@ impl Default for RetryConfig {
     }
 }
 
-
 /// Problems with plugins, destinations and routes, each naming its key.
 pub(super) fn check(config: &Config, problems: &mut Vec<String>) {
     if config.runtime.max_concurrent_calls == 0 {
@@ -189,7 +188,9 @@ pub(super) fn check(config: &Config, problems: &mut Vec<String>) {
             problems.push(format!("{key}.retry.attempts: must be at least 1"));
         }
         if !(d.retry.backoff.is_finite() && d.retry.backoff >= 1.0) {
-            problems.push(format!("{key}.retry.backoff: must be a number of at least 1"));
+            problems.push(format!(
+                "{key}.retry.backoff: must be a number of at least 1"
+            ));
         }
     }
     let mut plugins = HashSet::new();
@@ -219,11 +220,15 @@ pub(super) fn check(config: &Config, problems: &mut Vec<String>) {
     for (i, r) in config.routes.iter().enumerate() {
         let key = format!("routes[{i}]");
         if r.events.is_empty() {
-            problems.push(format!("{key}.events: name at least one event kind or glob"));
+            problems.push(format!(
+                "{key}.events: name at least one event kind or glob"
+            ));
         }
         for (j, e) in r.events.iter().enumerate() {
             if e.trim().is_empty() || e.chars().any(char::is_whitespace) {
-                problems.push(format!("{key}.events[{j}]: `{e}` is not an event kind glob"));
+                problems.push(format!(
+                    "{key}.events[{j}]: `{e}` is not an event kind glob"
+                ));
             }
         }
         if r.plugins.is_empty() {
@@ -295,7 +300,11 @@ mod tests {
         let get = |k: &str| (k == "TOKEN").then(|| "s3cret".to_owned());
         assert_eq!(expand_env("Bearer ${TOKEN}", get).unwrap(), "Bearer s3cret");
         assert_eq!(expand_env("plain", get).unwrap(), "plain");
-        assert!(expand_env("${MISSING}", get).unwrap_err().contains("MISSING"));
+        assert!(
+            expand_env("${MISSING}", get)
+                .unwrap_err()
+                .contains("MISSING")
+        );
         assert!(expand_env("${TOKEN", get).is_err());
     }
 
@@ -322,14 +331,22 @@ mod tests {
             .to_string();
         assert!(err.contains("destinations[0].url"), "{err}");
         assert!(err.contains("plugins[0].memory_mb"), "{err}");
-        assert!(err.contains("plugins[0].destinations[1]: no destination is named `billing`"), "{err}");
-        assert!(err.contains("routes[0].plugins[1]: no plugin is named `ghost`"), "{err}");
+        assert!(
+            err.contains("plugins[0].destinations[1]: no destination is named `billing`"),
+            "{err}"
+        );
+        assert!(
+            err.contains("routes[0].plugins[1]: no plugin is named `ghost`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn unknown_plugin_keys_are_refused() {
         let text = "[[plugins]]\nname = \"a\"\npath = \"a.wasm\"\nmemory = 3\n";
-        let err = Config::parse(text, Path::new("x/hub.toml")).unwrap_err().to_string();
+        let err = Config::parse(text, Path::new("x/hub.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("x/hub.toml:"), "{err}");
         assert!(err.contains("memory"), "{err}");
     }
@@ -338,6 +355,9 @@ mod tests {
     fn plugin_paths_are_relative_to_the_file() {
         let c = Config::parse("", Path::new("conf/hub.toml")).unwrap();
         assert_eq!(c.resolve(Path::new("p.wasm")), Path::new("conf/p.wasm"));
-        assert_eq!(c.resolve(Path::new("/abs/p.wasm")), Path::new("/abs/p.wasm"));
+        assert_eq!(
+            c.resolve(Path::new("/abs/p.wasm")),
+            Path::new("/abs/p.wasm")
+        );
     }
 }

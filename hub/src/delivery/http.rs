@@ -150,7 +150,11 @@ impl HttpSender {
         })
     }
 
-    async fn post(&self, post: Post<'_>, timeout: Duration) -> Result<(StatusCode, Bytes), PostError> {
+    async fn post(
+        &self,
+        post: Post<'_>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), PostError> {
         let uri: Uri = post
             .url
             .parse()

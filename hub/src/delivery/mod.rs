@@ -20,8 +20,8 @@ pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 
 use crate::clock::now_ms;
 use crate::destinations::POLICY_PREFIX;
-use crate::wiring::WiringHandle;
 use crate::store::{Claimed, Store, StoreError};
+use crate::wiring::WiringHandle;
 
 /// How a delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +183,10 @@ impl Deliverer {
             match wiring.destinations.of_policy(&row.policy) {
                 Some(d) => (d.policy, d.headers.as_slice()),
                 None => {
-                    let reason = format!("`{}` is no longer a configured destination", &row.policy[POLICY_PREFIX.len()..]);
+                    let reason = format!(
+                        "`{}` is no longer a configured destination",
+                        &row.policy[POLICY_PREFIX.len()..]
+                    );
                     tracing::warn!(%reason, "delivery failed for good");
                     return self.finisher.finish(row, &Final::Failed(reason)).await;
                 }

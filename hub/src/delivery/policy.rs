@@ -51,7 +51,9 @@ impl RetryPolicy {
     /// From the start of the first attempt to the end of the last wait: when a
     /// delivery that never succeeded is given up.
     pub fn give_up_after(&self) -> Duration {
-        (1..=i64::from(self.attempts)).map(|n| self.wait_after(n)).sum()
+        (1..=i64::from(self.attempts))
+            .map(|n| self.wait_after(n))
+            .sum()
     }
 }
 

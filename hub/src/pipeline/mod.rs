@@ -147,7 +147,10 @@ impl Pipeline {
             if may_forward {
                 routed.forwards.extend(outcome.forwards);
             } else if !outcome.forwards.is_empty() {
-                tracing::warn!(plugin = plugin.name(), "forwards of a forward report are ignored");
+                tracing::warn!(
+                    plugin = plugin.name(),
+                    "forwards of a forward report are ignored"
+                );
             }
             match outcome.action {
                 Action::Continue(None) => {}

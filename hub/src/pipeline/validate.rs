@@ -2,8 +2,7 @@
 //! the wire format of its event kind before it goes on.
 
 use plugin_api::channel::{
-    AgentMessage, AgentSender, Message, agent_message_body_from_value,
-    customer_message_from_value,
+    AgentMessage, AgentSender, Message, agent_message_body_from_value, customer_message_from_value,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -16,7 +15,9 @@ pub fn payload(kind: &EventKind, value: Value) -> Result<Value, String> {
     if *kind == EventKind::CUSTOMER_MESSAGE || *kind == EventKind::CUSTOMER_TYPING {
         let message = customer_message_from_value(value).map_err(|e| invalid(e.0))?;
         if message.message.is_typing() != (*kind == EventKind::CUSTOMER_TYPING) {
-            return Err(invalid("a plugin may not turn a message into typing or back".into()));
+            return Err(invalid(
+                "a plugin may not turn a message into typing or back".into(),
+            ));
         }
         serde_json::to_value(message).map_err(|e| invalid(e.to_string()))
     } else if *kind == EventKind::AGENT_MESSAGE || *kind == EventKind::AGENT_TYPING {
@@ -29,7 +30,9 @@ pub fn payload(kind: &EventKind, value: Value) -> Result<Value, String> {
             wire.message.set_label(label);
         }
         if wire.message.is_typing() != (*kind == EventKind::AGENT_TYPING) {
-            return Err(invalid("a plugin may not turn a message into typing or back".into()));
+            return Err(invalid(
+                "a plugin may not turn a message into typing or back".into(),
+            ));
         }
         serde_json::to_value(wire).map_err(|e| invalid(e.to_string()))
     } else if value.is_object() {
@@ -90,13 +93,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("sender.id"), "{err}");
-        assert!(payload(&EventKind::CUSTOMER_MESSAGE, json!({"sender":{"id":1},"message":{"type":"typein"}})).is_err());
-        assert!(payload(&EventKind::from("webhook.chat_accepted".to_owned()), json!([1])).is_err());
+        assert!(
+            payload(
+                &EventKind::CUSTOMER_MESSAGE,
+                json!({"sender":{"id":1},"message":{"type":"typein"}})
+            )
+            .is_err()
+        );
+        assert!(
+            payload(
+                &EventKind::from("webhook.chat_accepted".to_owned()),
+                json!([1])
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn replies_need_a_real_message() {
-        let r = auto_reply(json!({"sender":{"name":"Bot"},"message":{"type":"text","text":"Hi"}})).unwrap();
+        let r = auto_reply(json!({"sender":{"name":"Bot"},"message":{"type":"text","text":"Hi"}}))
+            .unwrap();
         assert_eq!(r.sender.unwrap().name, "Bot");
         assert!(auto_reply(json!({"message":{"type":"text"}})).is_err());
         assert!(auto_reply(json!({"text":"Hi"})).is_err());

@@ -43,7 +43,9 @@ impl ComponentCache {
             // fails to load is recompiled below.
             match unsafe { Component::deserialize_file(engine, &file) } {
                 Ok(component) => return Ok((component, Origin::Cached)),
-                Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable cached plugin"),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable cached plugin")
+                }
             }
         }
         let component = Component::new(engine, wasm)?;

@@ -70,10 +70,7 @@ impl HostState {
         self.host_calls += 1;
         let max = self.plugin.limits().max_host_calls;
         if self.host_calls > max {
-            return Err(self.stop(
-                ErrorKind::HostCalls,
-                format!("more than {max} host calls"),
-            ));
+            return Err(self.stop(ErrorKind::HostCalls, format!("more than {max} host calls")));
         }
         Ok(())
     }
@@ -193,7 +190,11 @@ impl bindings::hub::plugin::host::Host for HostState {
         }
         // The request may not outlive the call it was made from.
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let timeout = target.policy.timeout.min(left).max(Duration::from_millis(1));
+        let timeout = target
+            .policy
+            .timeout
+            .min(left)
+            .max(Duration::from_millis(1));
         let answer = self
             .plugin
             .services()

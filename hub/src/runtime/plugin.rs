@@ -110,8 +110,7 @@ impl Plugin {
             .instantiate_pre(&component)
             .map_err(world)?;
         let pre = PluginPre::new(pre).map_err(world)?;
-        let config_json =
-            serde_json::to_string(&config.config).unwrap_or_else(|_| "{}".to_owned());
+        let config_json = serde_json::to_string(&config.config).unwrap_or_else(|_| "{}".to_owned());
         let grants = config
             .destinations
             .iter()

@@ -1,0 +1,340 @@
+//! The plugin author's view of the hub: events, outcomes and the host's
+//! capabilities as plain Rust, free of any wasm binding so it tests natively.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+mod config;
+
+pub use config::{Config, strings};
+
+/// Which way an event crosses the hub's boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Received by the hub (a customer message, a delivery result).
+    Inbound,
+    /// About to be sent by the hub (an agent message, a webhook).
+    Outbound,
+}
+
+impl Direction {
+    /// The lowercase name, as plugins write it into JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Inbound => "inbound",
+            Direction::Outbound => "outbound",
+        }
+    }
+}
+
+/// One event on its way through a route's plugin chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// UUID, stable for the event's whole life.
+    pub id: String,
+    /// Dotted kind, for example `channel.customer_message`.
+    pub kind: String,
+    pub direction: Direction,
+    pub channel_id: Option<i64>,
+    pub channel: Option<String>,
+    pub chat_id: Option<i64>,
+    pub payload: Value,
+    /// When the event was made, Unix milliseconds.
+    pub at: i64,
+    /// What the hub knows around the event, e.g. `{"agents_online": 2}`.
+    pub context: Value,
+}
+
+impl Event {
+    /// The payload as a typed wire struct (see the crate's payload modules).
+    pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T, String> {
+        T::deserialize(&self.payload)
+            .map_err(|e| format!("payload of {} does not match its type: {e}", self.kind))
+    }
+
+    /// Whether the kind matches a glob such as `channel.*`.
+    pub fn kind_matches(&self, pattern: &str) -> bool {
+        glob_matches(pattern, &self.kind)
+    }
+
+    /// The number of the channel's agents online, when the hub said so.
+    pub fn agents_online(&self) -> Option<u64> {
+        self.context.get("agents_online").and_then(Value::as_u64)
+    }
+
+    /// `message.text` of the payload, the field most filters look at.
+    pub fn message_text(&self) -> Option<&str> {
+        self.payload
+            .pointer("/message/text")
+            .and_then(Value::as_str)
+    }
+
+    /// `sender.id` of the payload as text: `7` and `"7"` name the same client.
+    pub fn sender_key(&self) -> Option<String> {
+        match self.payload.pointer("/sender/id")? {
+            Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// Glob match where `*` stands for any run of characters (also none) and every
+/// other character stands for itself.
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // Where to resume after the last `*`: its pattern index and the text index it covers up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            // Let the last `*` swallow one more character and retry from there.
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// What becomes of the event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Pass the event on, with its payload replaced when `Some`.
+    Continue(Option<Value>),
+    /// Stop the event here, for the given reason.
+    Drop(String),
+    /// Answer on the hub's behalf; what that means depends on the kind.
+    Reply(Value),
+}
+
+/// A payload for a destination named in `hub.toml`, delivered durably.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forward {
+    pub destination: String,
+    pub payload: Value,
+}
+
+/// The result of handling one event: an action plus any forwards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub action: Action,
+    pub forwards: Vec<Forward>,
+}
+
+impl Outcome {
+    fn with(action: Action) -> Self {
+        Outcome {
+            action,
+            forwards: Vec::new(),
+        }
+    }
+
+    /// Continue with the event unchanged.
+    pub fn pass() -> Self {
+        Self::with(Action::Continue(None))
+    }
+
+    /// Continue with a changed payload (checked by the hub against the kind's type).
+    pub fn replace(payload: Value) -> Self {
+        Self::with(Action::Continue(Some(payload)))
+    }
+
+    /// Stop the event; the reason is logged and counted by the hub.
+    pub fn drop(reason: impl Into<String>) -> Self {
+        Self::with(Action::Drop(reason.into()))
+    }
+
+    /// Answer on the hub's behalf, e.g. [`channel_reply_text`] for a customer message.
+    pub fn reply(payload: Value) -> Self {
+        Self::with(Action::Reply(payload))
+    }
+
+    /// Also sends `payload` to `destination` through the hub's outbox.
+    #[must_use]
+    pub fn forward(mut self, destination: impl Into<String>, payload: Value) -> Self {
+        self.forwards.push(Forward {
+            destination: destination.into(),
+            payload,
+        });
+        self
+    }
+
+    /// Whether the event goes on unchanged.
+    pub fn is_pass(&self) -> bool {
+        self.action == Action::Continue(None)
+    }
+}
+
+/// Severity of a log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// A destination's answer to [`Host::send`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Response {
+    /// A 2xx status.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// The capabilities the hub grants a plugin; nothing else reaches the outside.
+pub trait Host {
+    /// Writes a line to the hub's log, tagged with the plugin and the event.
+    fn log(&mut self, level: Level, message: &str);
+    /// The plugin's `config` table from `hub.toml` (an object; empty when absent).
+    fn config(&self) -> Value;
+    /// Reads from the plugin's own key-value namespace; fails when not granted.
+    fn kv_get(&mut self, key: &str) -> Result<Option<String>, String>;
+    fn kv_set(&mut self, key: &str, value: &str) -> Result<(), String>;
+    fn kv_delete(&mut self, key: &str) -> Result<(), String>;
+    /// POSTs JSON to a granted destination and waits for the answer.
+    fn send(&mut self, destination: &str, payload: &Value) -> Result<Response, String>;
+}
+
+/// A plugin: one call per event, each in a fresh instance, so nothing is kept
+/// between calls except through the KV store.
+pub trait Plugin {
+    /// Handles one event; an error fails this call only, and the route's
+    /// `on_error` decides what happens to the event.
+    fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String>;
+}
+
+/// A text reply to `channel.customer_message`, which the hub sends to the
+/// customer as an automatic message: `{"sender":{"name"},"message":{"type":"text","text"}}`.
+pub fn channel_reply_text(text: &str, sender_name: Option<&str>) -> Value {
+    let mut reply = Map::new();
+    if let Some(name) = sender_name {
+        reply.insert("sender".to_owned(), json!({ "name": name }));
+    }
+    reply.insert(
+        "message".to_owned(),
+        json!({ "type": "text", "text": text }),
+    );
+    Value::Object(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: &str, payload: Value, context: Value) -> Event {
+        Event {
+            id: "e1".into(),
+            kind: kind.into(),
+            direction: Direction::Inbound,
+            channel_id: None,
+            channel: None,
+            chat_id: None,
+            payload,
+            at: 0,
+            context,
+        }
+    }
+
+    #[test]
+    fn globs() {
+        for (p, t) in [
+            ("channel.*", "channel.customer_message"),
+            ("*", ""),
+            ("*", "anything"),
+            ("channel.*_typing", "channel.agent_typing"),
+            ("*.*", "a.b"),
+            ("a*b*c", "aXbYbZc"),
+            ("exact", "exact"),
+            ("**", "x"),
+        ] {
+            assert!(glob_matches(p, t), "{p} should match {t}");
+        }
+        for (p, t) in [
+            ("channel.*", "crm.contact"),
+            ("channel.*", "channel"),
+            ("exact", "exactly"),
+            ("*_typing", "channel.customer_message"),
+            ("a*b*c", "aXbYbZ"),
+            ("", "x"),
+        ] {
+            assert!(!glob_matches(p, t), "{p} should not match {t}");
+        }
+    }
+
+    #[test]
+    fn event_helpers() {
+        let e = event(
+            "channel.customer_message",
+            json!({"sender":{"id":7},"message":{"type":"text","text":"hi"}}),
+            json!({"agents_online": 3}),
+        );
+        assert!(e.kind_matches("channel.*"));
+        assert_eq!(e.agents_online(), Some(3));
+        assert_eq!(e.message_text(), Some("hi"));
+        assert_eq!(e.sender_key().as_deref(), Some("7"));
+        let m: crate::channel::CustomerMessage = e.payload_as().unwrap();
+        assert_eq!(m.sender.id.as_key(), "7");
+
+        let bad = event("channel.customer_message", json!({"x":1}), json!({}));
+        assert_eq!(bad.agents_online(), None);
+        assert_eq!(bad.message_text(), None);
+        assert_eq!(bad.sender_key(), None);
+        let err = bad
+            .payload_as::<crate::channel::CustomerMessage>()
+            .unwrap_err();
+        assert!(err.contains("channel.customer_message"), "{err}");
+    }
+
+    #[test]
+    fn outcomes() {
+        assert!(Outcome::pass().is_pass());
+        assert!(!Outcome::replace(json!({})).is_pass());
+        let o = Outcome::drop("spam")
+            .forward("crm", json!({"a":1}))
+            .forward("audit", json!(2));
+        assert_eq!(o.action, Action::Drop("spam".into()));
+        assert_eq!(o.forwards.len(), 2);
+        assert_eq!(o.forwards[1].destination, "audit");
+        assert_eq!(Outcome::reply(json!(1)).action, Action::Reply(json!(1)));
+    }
+
+    #[test]
+    fn reply_text_shape() {
+        assert_eq!(
+            channel_reply_text("hello", Some("Bot")),
+            json!({"sender":{"name":"Bot"},"message":{"type":"text","text":"hello"}})
+        );
+        assert_eq!(
+            channel_reply_text("hello", None),
+            json!({"message":{"type":"text","text":"hello"}})
+        );
+    }
+
+    #[test]
+    fn response_success() {
+        let r = |status| Response {
+            status,
+            body: String::new(),
+        };
+        assert!(r(200).is_success() && r(204).is_success());
+        assert!(!r(302).is_success() && !r(500).is_success());
+    }
+}
