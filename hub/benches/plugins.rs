@@ -1,0 +1,198 @@
+//! Plugin benchmark: the cost of the plugin chain per event with 0, 1 and 3
+//! plugins on the path, each call in a fresh store, through the same
+//! `Pipeline::run` every event crosses. Prints p50/p99 per event, the cost per
+//! plugin, and events/s with all cores busy.
+//! Run: `cargo bench -p hub --bench plugins`. Environment: BENCH_EVENTS
+//! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hub::config::Config;
+use hub::delivery::HttpSender;
+use hub::event::{Direction, Event, EventKind};
+use hub::pipeline::{Pipeline, Verdict};
+use hub::provisioning::{ChannelSpec, create_channel};
+use hub::runtime::Runtime;
+use hub::store::Store;
+use hub::wiring::{Wiring, WiringHandle};
+use serde_json::json;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn plugins_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(root.join("scripts/build-plugins.sh"))
+        .current_dir(&root)
+        .status()
+        .expect("run scripts/build-plugins.sh");
+    assert!(status.success(), "building the plugins failed");
+    root.join("target/plugins/wasm32-wasip2/release")
+}
+
+/// A configuration whose one route runs `chain` (plugin names) on customer messages.
+fn wiring_toml(dir: &Path, chain: &[(&str, &str, &str)]) -> String {
+    let mut text = String::new();
+    for (name, wasm, config) in chain {
+        text += &format!(
+            "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n[plugins.config]\n{config}\n\n",
+            dir.join(format!("{wasm}.wasm")).display()
+        );
+    }
+    if !chain.is_empty() {
+        let names: Vec<String> = chain.iter().map(|(n, _, _)| format!("\"{n}\"")).collect();
+        text += &format!(
+            "[[routes]]\nevents = [\"channel.customer_message\"]\nplugins = [{}]\n",
+            names.join(", ")
+        );
+    }
+    text
+}
+
+struct Figures {
+    p50: Duration,
+    p99: Duration,
+    per_sec: f64,
+}
+
+async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figures {
+    let event = || {
+        Event::new(
+            EventKind::CUSTOMER_MESSAGE,
+            Direction::In,
+            json!({ "sender": { "id": 42, "name": "Bench" },
+                    "message": { "type": "text",
+                                 "text": "My card is 4111 1111 1111 1111, mail me at bob@example.com" } }),
+        )
+        .on_channel(1)
+    };
+    // Warm-up: instance slots, caches, the channel name.
+    for _ in 0..200 {
+        pipeline.run(event()).await;
+    }
+    let mut latencies = Vec::with_capacity(events);
+    for _ in 0..events {
+        let started = Instant::now();
+        let routed = pipeline.run(event()).await;
+        latencies.push(started.elapsed());
+        assert!(
+            matches!(routed.verdict, Verdict::Continue),
+            "{:?}",
+            routed.verdict
+        );
+    }
+    latencies.sort();
+    let started = Instant::now();
+    let mut joins = Vec::new();
+    for _ in 0..tasks {
+        let pipeline = pipeline.clone();
+        joins.push(tokio::spawn(async move {
+            for _ in 0..events / tasks {
+                pipeline.run(event()).await;
+            }
+        }));
+    }
+    for j in joins {
+        j.await.expect("bench task");
+    }
+    let per_sec = (events / tasks * tasks) as f64 / started.elapsed().as_secs_f64();
+    Figures {
+        p50: latencies[latencies.len() / 2],
+        p99: latencies[latencies.len() * 99 / 100],
+        per_sec,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let events = env_or("BENCH_EVENTS", 20_000) as usize;
+    let tasks = env_or("BENCH_TASKS", 2).max(1) as usize;
+    let plugins = plugins_dir();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(&format!("sqlite://{}", tmp.path().join("bench.db").display()))
+        .await
+        .expect("store");
+    create_channel(
+        &store,
+        &ChannelSpec {
+            name: "bench".into(),
+            customer_endpoint: "http://127.0.0.1:9/hub".into(),
+            chunked: false,
+            agents: vec![],
+        },
+        false,
+    )
+    .await
+    .expect("channel");
+    let runtime = Runtime::new(tmp.path().join("cache"), 64).expect("runtime");
+    let sender = HttpSender::new().expect("http client");
+
+    let noop = ("noop", "fault", "fault = \"none\"");
+    let redact = ("redact", "redact", "");
+    let runs: [(&str, Vec<(&str, &str, &str)>); 5] = [
+        ("0 plugins", vec![]),
+        ("1 plugin (no-op)", vec![noop]),
+        (
+            "3 plugins (no-op)",
+            vec![
+                noop,
+                ("noop2", "fault", "fault = \"none\""),
+                ("noop3", "fault", "fault = \"none\""),
+            ],
+        ),
+        ("1 plugin (redact)", vec![redact]),
+        (
+            "3 plugins (redact x3)",
+            vec![redact, ("redact2", "redact", ""), ("redact3", "redact", "")],
+        ),
+    ];
+    println!(
+        "plugin benchmark: {events} events per run, sequential latency then {tasks} concurrent tasks; \
+         a fresh wasmtime store per plugin call"
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>12} {:>14}",
+        "chain", "p50 µs", "p99 µs", "events/s", "vs 0 plugins"
+    );
+    let mut baseline: Option<Figures> = None;
+    let mut p50s = Vec::new();
+    for (label, chain) in runs {
+        let file = tmp.path().join("hub.toml");
+        let config = Config::parse(&wiring_toml(&plugins, &chain), &file).expect("config");
+        let (wiring, _) =
+            Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
+        let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
+        let f = measure(pipeline, events, tasks).await;
+        let change = baseline
+            .as_ref()
+            .map(|b| format!("{:+.1} %", 100.0 * (f.per_sec / b.per_sec - 1.0)))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{label:<24} {:>10.1} {:>10.1} {:>12.0} {change:>14}",
+            f.p50.as_secs_f64() * 1e6,
+            f.p99.as_secs_f64() * 1e6,
+            f.per_sec
+        );
+        p50s.push(f.p50.as_secs_f64() * 1e6);
+        if baseline.is_none() {
+            baseline = Some(f);
+        }
+    }
+    // The first plugin also pays for the context the hub gives plugins (one
+    // query); the marginal cost of each further plugin is the plugin itself.
+    println!(
+        "per plugin, p50: no-op {:.1} µs (1→3: {:.1} µs each); redact {:.1} µs (1→3: {:.1} µs each)",
+        p50s[1] - p50s[0],
+        (p50s[2] - p50s[1]) / 2.0,
+        p50s[3] - p50s[0],
+        (p50s[4] - p50s[3]) / 2.0,
+    );
+    store.close().await;
+}
