@@ -580,3 +580,13 @@ async fn sighup_reloads_plugins_without_a_restart() {
     );
     assert!(hub.log().contains("plugins loaded"), "{}", hub.log());
 }
+
+#[tokio::test]
+async fn the_default_hub_toml_is_valid_and_wires_the_redact_plugin() {
+    // Builds the example plugins where the default configuration expects them.
+    support::plugin_wasm("redact");
+    let config = support::repo_root().join("hub.toml");
+    let out = hub_cli(&config, &["check"], &[]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 plugins)"));
+}

@@ -116,9 +116,12 @@ async fn main() {
     let tasks = env_or("BENCH_TASKS", 2).max(1) as usize;
     let plugins = plugins_dir();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&format!("sqlite://{}", tmp.path().join("bench.db").display()))
-        .await
-        .expect("store");
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        tmp.path().join("bench.db").display()
+    ))
+    .await
+    .expect("store");
     create_channel(
         &store,
         &ChannelSpec {
@@ -166,8 +169,7 @@ async fn main() {
     for (label, chain) in runs {
         let file = tmp.path().join("hub.toml");
         let config = Config::parse(&wiring_toml(&plugins, &chain), &file).expect("config");
-        let (wiring, _) =
-            Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
+        let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
         let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
         let f = measure(pipeline, events, tasks).await;
         let change = baseline

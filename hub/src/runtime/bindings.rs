@@ -8,4 +8,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use hub::plugin::types::{Action, Direction, Level, Response};
+pub use self::hub::plugin::types::{Action, Direction, Level, Response};
