@@ -27,6 +27,8 @@ pub struct App {
     pub conversations: Arc<Conversations>,
     pub runtime: Runtime,
     pub wiring: WiringHandle,
+    /// Wakes the deliverer after something was queued outside the core.
+    pub kick: Kick,
     /// Public base URL, no trailing slash.
     pub base: String,
     /// The installation's random path segment of channel endpoints.
@@ -193,14 +195,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let live = Live::default();
     let kick = Kick::default();
     let pipeline = Arc::new(Pipeline::new(wiring.clone(), store.clone()));
-    let conversations = Conversations::new(store.clone(), live.clone(), pipeline, kick.clone());
+    let conversations = Conversations::new(
+        store.clone(),
+        live.clone(),
+        pipeline,
+        kick.clone(),
+        config.webhooks.safe_url,
+    );
     let deliverer = Deliverer::new(
         store.clone(),
         sender,
-        Policies::from_config(&config.delivery),
+        Policies::from_config(&config.delivery, &config.webhooks),
         wiring.clone(),
         conversations.clone(),
-        kick,
+        kick.clone(),
     );
     let source = config.source.clone();
     let app = Arc::new(App {
@@ -211,6 +219,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         conversations,
         runtime,
         wiring: wiring.clone(),
+        kick,
         base: base.clone(),
         path_secret,
         shutdown: shutdown.clone(),

@@ -12,21 +12,23 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
-use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING};
+use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING, Staged};
 use crate::event::{Direction, Event, EventKind};
 use crate::live::{Live, LiveEvent};
 use crate::pipeline::FORWARD_KIND;
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
 use crate::store::chats::{
-    NewMessage, chat_in_tx, insert_chat, insert_message, live_chat_of_client,
+    NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message, integration_of,
+    live_chat_of_client, set_client_contact, set_integration,
 };
 use crate::store::chats::{set_chat_state, set_message_delivery, upsert_client};
 use crate::store::events::insert_event;
-use crate::store::outbox::{enqueue, finish};
+use crate::store::outbox::{enqueue, finish, set_response, unstage};
 use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Claimed, Client, DeliveryState, MessageRow,
     NewDelivery, OutboxState, Store, StoreError,
 };
+use crate::webhooks::{self, reply};
 
 /// Why an action was refused; edges map each case to their status codes.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,8 @@ pub struct Conversations {
     live: Live,
     pipeline: Arc<Pipeline>,
     kick: Kick,
+    /// The Safe URL setting for custom data from webhook replies.
+    safe_url: bool,
 }
 
 impl Conversations {
@@ -64,12 +68,14 @@ impl Conversations {
         live: Live,
         pipeline: Arc<Pipeline>,
         kick: Kick,
+        safe_url: bool,
     ) -> Arc<Conversations> {
         Arc::new(Conversations {
             store,
             live,
             pipeline,
             kick,
+            safe_url,
         })
     }
 
@@ -86,7 +92,12 @@ impl Conversations {
         };
         let payload = serde_json::to_value(&message)
             .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
-        let event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
+        let mut event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
+        // Plugins see the chat the message will join, when there is one already.
+        event.chat_id = self
+            .store
+            .live_chat_of_sender(channel.id, &message.sender)
+            .await?;
         let span = event.span();
         self.ingest_customer_event(channel, event)
             .instrument(span)
@@ -119,7 +130,16 @@ impl Conversations {
             .map_err(|e| CoreError::Invalid(e.0))?;
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
+        let before = client_by_key(&mut w.tx, channel.id, &message.sender).await?;
         let client = upsert_client(&mut w.tx, channel.id, &message.sender, now).await?;
+        let visitor_changed = before.is_some_and(|b| {
+            (b.name.as_deref(), b.phone.as_deref(), b.email.as_deref())
+                != (
+                    client.name.as_deref(),
+                    client.phone.as_deref(),
+                    client.email.as_deref(),
+                )
+        });
         let existing = live_chat_of_client(&mut w.tx, client.id).await?;
         let typing = message.message.is_typing();
         let (chat, opened) = match existing {
@@ -155,8 +175,15 @@ impl Conversations {
         event.chat_id = chat.as_ref().map(|c| c.id);
         insert_event(&mut w.tx, &event).await?;
         enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
+        let updated = match &chat {
+            Some(chat) if visitor_changed && !opened => {
+                webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
+                true
+            }
+            _ => false,
+        };
         w.commit().await?;
-        if !routed.forwards.is_empty() {
+        if !routed.forwards.is_empty() || updated {
             self.kick.kick();
         }
 
@@ -281,15 +308,11 @@ impl Conversations {
             (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
             (ChatState::Open, _) => {}
         }
-        set_chat_state(
-            &mut w.tx,
-            chat.id,
-            ChatState::Accepted,
-            Some(agent.id),
-            now_ms(),
-        )
-        .await?;
+        let now = now_ms();
+        set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
+        webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
         w.commit().await?;
+        self.kick.kick();
         let chat = self
             .store
             .chat_by_id(chat_id)
@@ -318,15 +341,15 @@ impl Conversations {
             }
             _ => {}
         }
-        set_chat_state(
-            &mut w.tx,
-            chat.id,
-            ChatState::Closed,
-            Some(agent.id),
-            now_ms(),
-        )
-        .await?;
+        let now = now_ms();
+        set_chat_state(&mut w.tx, chat.id, ChatState::Closed, Some(agent.id), now).await?;
+        if let Some((channel_id, event)) =
+            webhooks::payload::chat_finished(&mut w.tx, chat.id).await?
+        {
+            webhooks::queue_event(&mut w.tx, channel_id, Some(chat.id), event, now).await?;
+        }
         w.commit().await?;
+        self.kick.kick();
         let chat = self
             .store
             .chat_by_id(chat_id)
@@ -452,6 +475,7 @@ impl Conversations {
             Some(agent) if chat.state == ChatState::Open => {
                 set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now)
                     .await?;
+                webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
                 Some(agent.id)
             }
             _ => None,
@@ -507,6 +531,8 @@ impl Conversations {
             order_key: Some(format!("chat:{}", chat.id)),
             message_id: stored.as_ref().map(|m| m.id),
             chat_id: Some(chat.id),
+            staged: false,
+            secret: None,
         };
         if !answered {
             enqueue(&mut w.tx, &delivery, now).await?;
@@ -541,49 +567,123 @@ impl Conversations {
 }
 
 impl Finisher for Conversations {
+    fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>> {
+        Box::pin(async move {
+            let Some(event) = self.store.event_by_id(&row.event_id).await? else {
+                return Ok(Staged::Done(Final::NotSent(
+                    "the event behind this delivery is gone".to_owned(),
+                )));
+            };
+            let routed = self.pipeline.run(event).await;
+            let mut w = self.store.begin_write().await?;
+            enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;
+            let staged = match routed.verdict {
+                Verdict::Continue => {
+                    let body = routed.event.payload.to_string();
+                    unstage(&mut w.tx, &row.id, &body).await?;
+                    Staged::Send { body }
+                }
+                Verdict::Drop(reason) => {
+                    Staged::Done(Final::NotSent(format!("dropped by {reason}")))
+                }
+                // A plugin answered in the receiver's place.
+                Verdict::Reply(answer) => Staged::Done(Final::Delivered {
+                    answer: Some(answer.to_string()),
+                }),
+                Verdict::Reject(reason) => Staged::Done(Final::Failed(reason)),
+            };
+            w.commit().await?;
+            if !routed.forwards.is_empty() {
+                self.kick.kick();
+            }
+            Ok(staged)
+        })
+    }
+
     fn finish<'a>(
         &'a self,
         row: &'a Claimed,
         result: &'a Final,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let (state, outbox_state, error) = match result {
-                Final::Delivered => (DeliveryState::Delivered, OutboxState::Delivered, None),
+            let (state, outbox_state, error, answer) = match result {
+                Final::Delivered { answer } => (
+                    DeliveryState::Delivered,
+                    OutboxState::Delivered,
+                    None,
+                    answer.as_deref(),
+                ),
                 Final::Failed(reason) => (
                     DeliveryState::Failed,
                     OutboxState::Failed,
                     Some(reason.as_str()),
+                    None,
+                ),
+                Final::NotSent(reason) => (
+                    DeliveryState::Failed,
+                    OutboxState::Dropped,
+                    Some(reason.as_str()),
+                    None,
                 ),
             };
             let chat = match row.chat_id {
                 Some(id) => self.store.chat_by_id(id).await?,
                 None => None,
             };
-            let payload = json!({
-                "delivery_id": row.id,
-                "event_id": row.event_id,
-                "message_id": row.message_id,
-                "state": state,
-                "error": error,
-            });
+            let webhook = row.kind.starts_with(webhooks::EVENT_PREFIX)
+                || row.kind.starts_with(webhooks::CRM_PREFIX);
             let kind = if row.kind == FORWARD_KIND {
                 EventKind::FORWARD_RESULT
+            } else if webhook {
+                EventKind::WEBHOOK_RESULT
             } else {
                 EventKind::DELIVERY_RESULT
             };
+            let mut payload = json!({
+                "delivery_id": row.id,
+                "event_id": row.event_id,
+                "message_id": row.message_id,
+                "state": outbox_state.as_str(),
+                "error": error,
+            });
+            if webhook {
+                payload["kind"] = json!(row.kind);
+                payload["answer"] = json!(answer);
+            }
             let mut event = Event::new(kind, Direction::In, payload.clone());
             event.channel_id = chat.as_ref().map(|c| c.channel_id);
             event.chat_id = row.chat_id;
             // The result is a fact: plugins may watch and forward it, not change it.
-            let routed = self.pipeline.run(event).await;
+            let routed = self.pipeline.run(event.clone()).await;
+            let integration = match (answer, &chat) {
+                (Some(answer), Some(chat))
+                    if matches!(
+                        row.kind.as_str(),
+                        "webhook.chat_accepted" | "webhook.chat_updated"
+                    ) =>
+                {
+                    reply::read(answer, reply::host_of(&row.target_url), self.safe_url)
+                        .map(|i| (chat, i))
+                }
+                _ => None,
+            };
             let now = now_ms();
             let mut w = self.store.begin_write().await?;
             finish(&mut w.tx, &row.id, outbox_state, error, now).await?;
+            if let Some(answer) = answer {
+                set_response(&mut w.tx, &row.id, answer).await?;
+            }
             if let Some(message_id) = row.message_id {
                 set_message_delivery(&mut w.tx, message_id, state, error).await?;
             }
-            insert_event(&mut w.tx, &routed.event).await?;
-            enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now).await?;
+            let shown = match &integration {
+                Some((chat, newer)) => {
+                    Some(apply_integration(&mut w.tx, chat, newer.clone(), now).await?)
+                }
+                None => None,
+            };
+            insert_event(&mut w.tx, &event).await?;
+            enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
             w.commit().await?;
             if !routed.forwards.is_empty() {
                 self.kick.kick();
@@ -591,9 +691,29 @@ impl Finisher for Conversations {
             if let (Some(chat), Some(_)) = (&chat, row.message_id) {
                 self.publish(chat, "message.delivery", payload);
             }
+            if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
+                self.publish(chat, "chat.integration", json!({ "integration": shown }));
+            }
             Ok(())
         })
     }
+}
+
+/// Merges what a reply showed into the chat's integration data, and applies
+/// its contact details to the client as if the visitor had given them.
+async fn apply_integration(
+    conn: &mut sqlx::AnyConnection,
+    chat: &Chat,
+    newer: reply::Integration,
+    now: i64,
+) -> Result<reply::Integration, StoreError> {
+    let mut shown: reply::Integration = integration_of(conn, chat.id).await?.unwrap_or_default();
+    if let Some(contact) = &newer.contact_info {
+        set_client_contact(conn, chat.client_id, contact, now).await?;
+    }
+    shown.merge(newer);
+    set_integration(conn, chat.id, &shown).await?;
+    Ok(shown)
 }
 
 /// Refuses a message to a closed chat or to one another agent accepted.

@@ -18,6 +18,8 @@ impl EventKind {
     pub const DELIVERY_RESULT: EventKind = EventKind::fixed("channel.delivery_result");
     /// How a plugin's forward to a destination ended.
     pub const FORWARD_RESULT: EventKind = EventKind::fixed("forward.delivery_result");
+    /// How an event or CRM webhook ended, with the receiver's answer.
+    pub const WEBHOOK_RESULT: EventKind = EventKind::fixed("webhook.delivery_result");
 
     const fn fixed(kind: &'static str) -> EventKind {
         EventKind(Cow::Borrowed(kind))

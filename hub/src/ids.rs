@@ -4,11 +4,16 @@ use sha2::{Digest, Sha256};
 
 /// 128 random bits as 32 lowercase hex characters.
 pub fn random_token() -> String {
-    let mut bytes = [0u8; 16];
+    hex::encode(random_bytes::<16>())
+}
+
+/// `N` bytes from the operating system's generator.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
     // The OS generator failing means the machine cannot produce secrets at all;
     // handing out a predictable identifier instead would be worse than stopping.
     getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
-    hex::encode(bytes)
+    bytes
 }
 
 /// An agent's bearer token: 256 bits, with a prefix that makes leaks easy to spot.

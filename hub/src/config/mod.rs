@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod webhooks;
 mod wiring;
 
+pub use webhooks::{CrmConfig, WebhooksConfig};
 pub use wiring::{
     DestinationConfig, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig, RouteConfig,
     RuntimeConfig, expand_env,
@@ -28,6 +30,10 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     #[serde(default)]
     pub channels: Vec<ChannelConfig>,
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
+    #[serde(default)]
+    pub crm: CrmConfig,
     #[serde(default)]
     pub runtime: RuntimeConfig,
     #[serde(default)]
@@ -101,6 +107,12 @@ pub struct ChannelConfig {
     pub chunked: bool,
     #[serde(default)]
     pub agents: Vec<String>,
+    /// Where the channel's event webhooks go.
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    /// A Standard Webhooks secret (`whsec_…`) turns on signing of them.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -280,6 +292,18 @@ impl Config {
                     ch.customer_endpoint
                 ));
             }
+            if let Some(url) = &ch.webhook_url
+                && !is_http_url(url)
+            {
+                problems.push(format!(
+                    "channels[{i}].webhook_url: `{url}` is not an http(s) URL"
+                ));
+            }
+            if let Some(secret) = &ch.webhook_secret
+                && let Err(e) = crate::webhooks::signing::Secret::parse(secret)
+            {
+                problems.push(format!("channels[{i}].webhook_secret: {e}"));
+            }
             for (j, agent) in ch.agents.iter().enumerate() {
                 if !agent.contains('@') {
                     problems.push(format!(
@@ -289,6 +313,7 @@ impl Config {
             }
         }
         wiring::check(self, &mut problems);
+        webhooks::check(&self.webhooks, &self.crm, &mut problems);
         if problems.is_empty() {
             Ok(())
         } else {

@@ -29,7 +29,8 @@ const MAX_REASON_CHARS: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
-    Delivered,
+    /// Accepted; the receiver's answer.
+    Delivered(Bytes),
     /// Refused for good (4xx or an error body); the text is for the agent.
     Rejected(String),
     /// Worth retrying: 5xx, timeout, connection failure.
@@ -123,8 +124,11 @@ impl HttpSender {
             headers,
             delivery: Some((&row.id, attempt)),
         };
+        let webhook = row.kind.starts_with(crate::webhooks::EVENT_PREFIX)
+            || row.kind.starts_with(crate::webhooks::CRM_PREFIX);
         match self.post(post, timeout).await {
-            Ok((status, body)) => classify(status, &body),
+            Ok((status, body)) if webhook => classify_webhook(status, body),
+            Ok((status, body)) => classify(status, body),
             Err(PostError::Invalid(reason)) => Attempt::Rejected(reason),
             Err(PostError::Transient(reason)) => Attempt::Transient(reason),
         }
@@ -200,15 +204,30 @@ impl HttpSender {
     }
 }
 
-/// Reads the receiver's answer.
-pub fn classify(status: StatusCode, body: &[u8]) -> Attempt {
-    let error_text = error_body_message(body);
+/// Reads the integrator's answer to a channel message.
+pub fn classify(status: StatusCode, body: Bytes) -> Attempt {
+    let error_text = error_body_message(&body);
     if status.is_success() {
         return match error_text {
             Some(reason) => Attempt::Rejected(reason),
-            None => Attempt::Delivered,
+            None => Attempt::Delivered(body),
         };
     }
+    failure(status, &body, error_text)
+}
+
+/// Reads a webhook receiver's answer: any 2xx is a delivery (a `result`
+/// other than ok only means its data is not applied).
+pub fn classify_webhook(status: StatusCode, body: Bytes) -> Attempt {
+    if status.is_success() {
+        return Attempt::Delivered(body);
+    }
+    let error_text = error_body_message(&body);
+    failure(status, &body, error_text)
+}
+
+/// 5xx may pass; anything else not 2xx is final.
+fn failure(status: StatusCode, body: &[u8], error_text: Option<String>) -> Attempt {
     let reason = error_text
         .or_else(|| plain_reason(body))
         .unwrap_or_else(|| status_text(status));
@@ -277,28 +296,46 @@ mod tests {
 
     #[test]
     fn answers_are_classified_as_the_spec_says() {
+        let b = |s: &'static [u8]| Bytes::from_static(s);
         assert_eq!(
-            classify(StatusCode::OK, br#"{"result":"ok"}"#),
-            Attempt::Delivered
+            classify(StatusCode::OK, b(br#"{"result":"ok"}"#)),
+            Attempt::Delivered(b(br#"{"result":"ok"}"#))
         );
-        assert_eq!(classify(StatusCode::OK, b""), Attempt::Delivered);
+        assert_eq!(classify(StatusCode::OK, b(b"")), Attempt::Delivered(b(b"")));
         assert_eq!(
             classify(
                 StatusCode::OK,
-                br#"{"error":{"code":3,"message":"user blocked"}}"#
+                b(br#"{"error":{"code":3,"message":"user blocked"}}"#)
             ),
             Attempt::Rejected("user blocked".into())
         );
         assert_eq!(
-            classify(StatusCode::BAD_REQUEST, b"no such user"),
+            classify(StatusCode::BAD_REQUEST, b(b"no such user")),
             Attempt::Rejected("no such user".into())
         );
         assert_eq!(
-            classify(StatusCode::NOT_FOUND, b""),
+            classify(StatusCode::NOT_FOUND, b(b"")),
             Attempt::Rejected("HTTP 404 Not Found".into())
         );
         assert!(matches!(
-            classify(StatusCode::BAD_GATEWAY, b""),
+            classify(StatusCode::BAD_GATEWAY, b(b"")),
+            Attempt::Transient(_)
+        ));
+    }
+
+    #[test]
+    fn webhook_answers_count_as_delivered_whatever_their_result() {
+        let failure = Bytes::from_static(b"FAILURE");
+        assert_eq!(
+            classify_webhook(StatusCode::OK, failure.clone()),
+            Attempt::Delivered(failure)
+        );
+        assert!(matches!(
+            classify_webhook(StatusCode::GONE, Bytes::new()),
+            Attempt::Rejected(_)
+        ));
+        assert!(matches!(
+            classify_webhook(StatusCode::SERVICE_UNAVAILABLE, Bytes::new()),
             Attempt::Transient(_)
         ));
     }

@@ -21,20 +21,37 @@ pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 use crate::clock::now_ms;
 use crate::destinations::POLICY_PREFIX;
 use crate::store::{Claimed, Store, StoreError};
+use crate::webhooks::signing;
 use crate::wiring::WiringHandle;
 
 /// How a delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Final {
-    Delivered,
+    /// Delivered; `answer` is the receiver's body, or the reply of a plugin
+    /// that answered in the receiver's place.
+    Delivered { answer: Option<String> },
     /// Not delivered and not tried again; the reason is what the agent reads.
     Failed(String),
+    /// Never sent, and rightly so: a plugin dropped it, or nobody receives it.
+    NotSent(String),
+}
+
+/// What a staged row's plugins decided, before its first attempt.
+#[derive(Debug)]
+pub enum Staged {
+    /// Send it; the plugins may have changed the body (already stored).
+    Send { body: String },
+    /// Done without an attempt.
+    Done(Final),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Records a final result: marks the outbox row and updates whatever it was for.
+/// What the rest of the hub does around a delivery: routes a staged row
+/// through its plugins, and records a final result.
 pub trait Finisher: Send + Sync + 'static {
+    fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>>;
+
     fn finish<'a>(
         &'a self,
         row: &'a Claimed,
@@ -178,6 +195,29 @@ impl Deliverer {
     }
 
     async fn attempt_inner(&self, row: &Claimed) -> Result<(), StoreError> {
+        let staged;
+        let row = if row.staged {
+            match self.finisher.stage(row).await? {
+                Staged::Done(result) => {
+                    tracing::info!(?result, "settled by plugins");
+                    return self.finisher.finish(row, &result).await;
+                }
+                Staged::Send { body } => {
+                    staged = Claimed {
+                        body,
+                        staged: false,
+                        ..row.clone()
+                    };
+                    &staged
+                }
+            }
+        } else {
+            row
+        };
+        if row.target_url.is_empty() {
+            let result = Final::NotSent("no receiver is configured".to_owned());
+            return self.finisher.finish(row, &result).await;
+        }
         let wiring = self.wiring.current();
         let (policy, headers) = if row.policy.starts_with(POLICY_PREFIX) {
             match wiring.destinations.of_policy(&row.policy) {
@@ -206,14 +246,21 @@ impl Deliverer {
         }
         let started = now_ms();
         let attempt_no = row.attempts + 1;
+        let mut headers = headers.to_vec();
+        if let Some(secret) = &row.secret {
+            headers.extend(signature_headers(secret, row, started / 1000));
+        }
         let outcome = self
             .sender
-            .send(row, attempt_no, policy.timeout, headers)
+            .send(row, attempt_no, policy.timeout, &headers)
             .await;
         match outcome {
-            Attempt::Delivered => {
+            Attempt::Delivered(answer) => {
                 tracing::info!(attempt = attempt_no, "delivered");
-                self.finisher.finish(row, &Final::Delivered).await
+                let answer = Some(String::from_utf8_lossy(&answer).into_owned());
+                self.finisher
+                    .finish(row, &Final::Delivered { answer })
+                    .await
             }
             Attempt::Rejected(reason) => {
                 tracing::warn!(attempt = attempt_no, %reason, "rejected by the receiver");
@@ -241,6 +288,33 @@ impl Deliverer {
             }
         }
     }
+}
+
+/// Standard Webhooks headers for one attempt; the id is the delivery id, so
+/// receivers can recognise retries.
+fn signature_headers(
+    secret: &str,
+    row: &Claimed,
+    timestamp: i64,
+) -> Vec<(::http::HeaderName, ::http::HeaderValue)> {
+    let Ok(secret) = crate::webhooks::signing::Secret::parse(secret) else {
+        tracing::warn!("the receiver's signing secret is malformed; sending unsigned");
+        return Vec::new();
+    };
+    let signature = secret.sign(&row.id, timestamp, row.body.as_bytes());
+    let header = |name: &'static str, value: String| {
+        ::http::HeaderValue::from_str(&value)
+            .ok()
+            .map(|v| (::http::HeaderName::from_static(name), v))
+    };
+    [
+        header(signing::ID_HEADER, row.id.clone()),
+        header(signing::TIMESTAMP_HEADER, timestamp.to_string()),
+        header(signing::SIGNATURE_HEADER, signature),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn millis(d: Duration) -> i64 {

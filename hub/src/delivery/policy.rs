@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::config::DeliveryConfig;
+use crate::config::{DeliveryConfig, WebhooksConfig};
+use crate::webhooks::{POLICY_ASYNC, POLICY_SYNC};
 
 /// Agent messages to the integrator: the spec's 3 tries, 3 s apart.
 pub const POLICY_CHANNEL: &str = "channel";
@@ -64,14 +65,31 @@ pub struct Policies {
 }
 
 impl Policies {
-    pub fn from_config(c: &DeliveryConfig) -> Policies {
+    pub fn from_config(c: &DeliveryConfig, w: &WebhooksConfig) -> Policies {
         let channel = RetryPolicy::fixed(c.attempts, c.retry_interval(), c.attempt_timeout());
         let typing = RetryPolicy {
             attempts: 1,
             ..channel
         };
+        let sync = RetryPolicy::fixed(
+            w.sync_attempts,
+            Duration::from_millis(w.sync_retry_interval_ms),
+            Duration::from_millis(w.sync_timeout_ms),
+        );
+        let webhook = RetryPolicy {
+            attempts: w.attempts,
+            interval: Duration::from_millis(w.retry_interval_ms),
+            backoff: w.backoff,
+            max_interval: Duration::from_millis(w.max_interval_ms),
+            timeout: Duration::from_millis(w.timeout_ms),
+        };
         Policies {
-            by_name: HashMap::from([(POLICY_CHANNEL, channel), (POLICY_TYPING, typing)]),
+            by_name: HashMap::from([
+                (POLICY_CHANNEL, channel),
+                (POLICY_TYPING, typing),
+                (POLICY_SYNC, sync),
+                (POLICY_ASYNC, webhook),
+            ]),
             fallback: channel,
         }
     }

@@ -75,6 +75,8 @@ pub async fn enqueue_forwards(
             chunked: false,
             message_id: None,
             chat_id: event.chat_id,
+            staged: false,
+            secret: None,
         };
         enqueue(conn, &delivery, now).await?;
     }

@@ -243,6 +243,81 @@ pub async fn upsert_client(
     client_from_row(&row)
 }
 
+/// The client an integrator's `sender.id` names on a channel, if known yet.
+pub async fn client_by_key(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    sender: &CustomerSender,
+) -> Result<Option<Client>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {CLIENT_COLUMNS} FROM clients WHERE channel_id = $1 AND external_key = $2"
+    ))
+    .bind(channel_id)
+    .bind(sender.id.as_key())
+    .fetch_optional(conn)
+    .await
+    .ctx("finding a client")?;
+    row.as_ref().map(client_from_row).transpose()
+}
+
+/// What webhook replies showed the agent in a chat (`chats.integration`).
+pub async fn integration_of<T: serde::de::DeserializeOwned>(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+) -> Result<Option<T>, StoreError> {
+    let row: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT integration FROM chats WHERE id = $1")
+            .bind(chat_id)
+            .fetch_optional(conn)
+            .await
+            .ctx("reading a chat's integration data")?;
+    match row.and_then(|(i,)| i) {
+        Some(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("chat integration data: {e}"))),
+        None => Ok(None),
+    }
+}
+
+pub async fn set_integration(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+    value: &impl Serialize,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| StoreError::Corrupt(format!("chat integration data: {e}")))?;
+    sqlx::query("UPDATE chats SET integration = $1 WHERE id = $2")
+        .bind(text)
+        .bind(chat_id)
+        .execute(conn)
+        .await
+        .ctx("saving a chat's integration data")?;
+    Ok(())
+}
+
+/// Contact details given for the client (a webhook reply, the widget's
+/// contact form): what is set replaces what was known.
+pub async fn set_client_contact(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    contact: &plugin_api::webhook::ReplyContactInfo,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE clients SET name = $1, phone = COALESCE($2, phone), email = COALESCE($3, email), \
+         updated_at = $4 WHERE id = $5",
+    )
+    .bind(contact.name.as_str())
+    .bind(contact.phone.as_deref())
+    .bind(contact.email.as_deref())
+    .bind(now)
+    .bind(client_id)
+    .execute(conn)
+    .await
+    .ctx("saving contact details")?;
+    Ok(())
+}
+
 /// The client's chat on this channel that is not closed yet, if any.
 pub async fn live_chat_of_client(
     conn: &mut AnyConnection,
@@ -377,6 +452,21 @@ pub async fn set_message_delivery(
 }
 
 impl Store {
+    /// The open chat of the client `sender` names on a channel, if there is one.
+    pub async fn live_chat_of_sender(
+        &self,
+        channel_id: i64,
+        sender: &CustomerSender,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut conn = self.pool().acquire().await.ctx("opening a connection")?;
+        let Some(client) = client_by_key(&mut conn, channel_id, sender).await? else {
+            return Ok(None);
+        };
+        Ok(live_chat_of_client(&mut conn, client.id)
+            .await?
+            .map(|c| c.id))
+    }
+
     pub async fn chat_by_id(&self, id: i64) -> Result<Option<Chat>, StoreError> {
         let row = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id = $1"))
             .bind(id)

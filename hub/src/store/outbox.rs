@@ -11,17 +11,58 @@ use super::{Ctx, Store, StoreError, flag};
 pub enum OutboxState {
     Pending,
     Delivered,
+    /// Failed for good: for webhooks, a dead letter an operator may replay.
     Failed,
+    /// Never sent on purpose: dropped by a plugin, or no receiver configured.
+    Dropped,
 }
 
 impl OutboxState {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             OutboxState::Pending => "pending",
             OutboxState::Delivered => "delivered",
             OutboxState::Failed => "failed",
+            OutboxState::Dropped => "dropped",
         }
     }
+
+    pub fn parse(s: &str) -> Option<OutboxState> {
+        match s {
+            "pending" => Some(OutboxState::Pending),
+            "delivered" => Some(OutboxState::Delivered),
+            "failed" => Some(OutboxState::Failed),
+            "dropped" => Some(OutboxState::Dropped),
+            _ => None,
+        }
+    }
+}
+
+/// Takes a staged row out of staging with the body its plugins left.
+pub async fn unstage(conn: &mut AnyConnection, id: &str, body: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE outbox SET staged = 0, body = $1 WHERE id = $2")
+        .bind(body)
+        .bind(id)
+        .execute(conn)
+        .await
+        .ctx("unstaging a delivery")?;
+    Ok(())
+}
+
+/// Keeps the start of a receiver's answer for operators.
+pub async fn set_response(
+    conn: &mut AnyConnection,
+    id: &str,
+    answer: &str,
+) -> Result<(), StoreError> {
+    let kept: String = answer.chars().take(4096).collect();
+    sqlx::query("UPDATE outbox SET response = $1 WHERE id = $2")
+        .bind(kept)
+        .bind(id)
+        .execute(conn)
+        .await
+        .ctx("keeping a delivery's answer")?;
+    Ok(())
 }
 
 /// A request to be made; `order_key` (the chat) serialises rows that share it.
@@ -37,6 +78,10 @@ pub struct NewDelivery {
     pub order_key: Option<String>,
     pub message_id: Option<i64>,
     pub chat_id: Option<i64>,
+    /// Crosses its plugins when first claimed, not before it is queued.
+    pub staged: bool,
+    /// Standard Webhooks signing secret of the receiver.
+    pub secret: Option<String>,
 }
 
 /// A row the deliverer holds a lease on.
@@ -55,10 +100,12 @@ pub struct Claimed {
     pub attempts: i64,
     pub give_up_at: Option<i64>,
     pub last_error: Option<String>,
+    pub staged: bool,
+    pub secret: Option<String>,
 }
 
 const COLUMNS: &str = "seq, id, event_id, kind, policy, target_url, body, chunked, message_id, \
-     chat_id, attempts, give_up_at, last_error";
+     chat_id, attempts, give_up_at, last_error, staged, secret";
 
 fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
     Ok(Claimed {
@@ -75,6 +122,8 @@ fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
         attempts: row.try_get("attempts")?,
         give_up_at: row.try_get("give_up_at")?,
         last_error: row.try_get("last_error")?,
+        staged: flag(row.try_get("staged")?),
+        secret: row.try_get("secret")?,
     })
 }
 
@@ -85,8 +134,8 @@ pub async fn enqueue(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, order_key, \
-         message_id, chat_id, state, attempts, next_attempt_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, $11, $11)",
+         message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, secret) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', 0, $11, $11, $12, $13)",
     )
     .bind(d.id.to_string())
     .bind(d.event_id.to_string())
@@ -99,6 +148,8 @@ pub async fn enqueue(
     .bind(d.message_id)
     .bind(d.chat_id)
     .bind(now)
+    .bind(i64::from(d.staged))
+    .bind(d.secret.as_deref())
     .execute(conn)
     .await
     .ctx("queueing a delivery")?;

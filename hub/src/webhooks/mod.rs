@@ -1,0 +1,197 @@
+//! Event webhooks and CRM webhooks: what the hub tells integrators and CRMs.
+//! A webhook is queued in the transaction of the change that caused it (a
+//! staged outbox row plus its event); it crosses its plugins when the
+//! deliverer first picks it up, and the receiver's reply comes back through
+//! [`reply`].
+
+pub mod payload;
+pub mod reply;
+pub mod signing;
+
+use plugin_api::crm::{CrmEvent, CrmWebhook};
+use plugin_api::webhook::{NumericId, WebhookEvent};
+use serde_json::Value;
+use sqlx::AnyConnection;
+
+use crate::config::CrmConfig;
+use crate::event::{Direction, Event, EventKind};
+use crate::store::events::insert_event;
+use crate::store::outbox::enqueue;
+use crate::store::{NewDelivery, StoreError};
+
+/// `chat_accepted` and `chat_updated`: an agent waits for the reply.
+pub const POLICY_SYNC: &str = "webhook_sync";
+/// Every other event webhook and every CRM webhook.
+pub const POLICY_ASYNC: &str = "webhook";
+
+/// Outbox `kind`s of webhooks start with these; delivery results of them are
+/// `webhook.delivery_result` events.
+pub const EVENT_PREFIX: &str = "webhook.";
+pub const CRM_PREFIX: &str = "crm.";
+
+/// Where a webhook goes. Without a URL it still crosses its plugins, which
+/// may forward it; then it is done.
+#[derive(Debug, Clone, Default)]
+pub struct Receiver {
+    pub url: Option<String>,
+    pub secret: Option<String>,
+}
+
+/// One webhook to queue.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// `webhook.<event_name>` or `crm.<event_type>.<event_name>`.
+    pub kind: EventKind,
+    pub payload: Value,
+    pub channel_id: Option<i64>,
+    pub chat_id: Option<i64>,
+}
+
+/// Queues `out` for `to` in the caller's transaction and logs its event.
+pub async fn queue(
+    conn: &mut AnyConnection,
+    out: Outgoing,
+    to: &Receiver,
+    now: i64,
+) -> Result<uuid::Uuid, StoreError> {
+    let mut event = Event::new(out.kind, Direction::Out, out.payload);
+    event.channel_id = out.channel_id;
+    event.chat_id = out.chat_id;
+    let sync = matches!(
+        event.kind.as_str(),
+        "webhook.chat_accepted" | "webhook.chat_updated"
+    );
+    insert_event(conn, &event).await?;
+    let id = uuid::Uuid::now_v7();
+    let delivery = NewDelivery {
+        id,
+        event_id: event.id,
+        kind: event.kind.as_str().to_owned(),
+        policy: if sync { POLICY_SYNC } else { POLICY_ASYNC }.to_owned(),
+        target_url: to.url.clone().unwrap_or_default(),
+        body: event.payload.to_string(),
+        chunked: false,
+        // A chat's webhooks reach the receiver in the order they happened.
+        order_key: event.chat_id.map(|c| format!("webhook:chat:{c}")),
+        message_id: None,
+        chat_id: event.chat_id,
+        staged: true,
+        secret: to.secret.clone(),
+    };
+    enqueue(conn, &delivery, now).await?;
+    Ok(id)
+}
+
+/// Queues a CRM webhook `{site_id, event_type, event}` for the CRM's receiver.
+pub async fn queue_crm(
+    conn: &mut AnyConnection,
+    crm: &CrmConfig,
+    event: CrmEvent,
+    now: i64,
+) -> Result<(), StoreError> {
+    let kind = format!("{CRM_PREFIX}{}.{}", event.event_type(), event.event_name());
+    let body = CrmWebhook {
+        site_id: NumericId(crm.site_id),
+        event,
+    };
+    let payload = serde_json::to_value(&body)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode a CRM webhook: {e}")))?;
+    let to = Receiver {
+        url: crm.webhook_url.clone(),
+        secret: crm.webhook_secret.clone(),
+    };
+    let out = Outgoing {
+        kind: EventKind::from(kind),
+        payload,
+        channel_id: None,
+        chat_id: None,
+    };
+    queue(conn, out, &to, now).await.map(|_| ())
+}
+
+/// The event webhook receiver of a channel.
+pub async fn channel_receiver(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+) -> Result<Receiver, StoreError> {
+    let row: Option<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT webhook_url, webhook_secret FROM channels WHERE id = $1")
+            .bind(channel_id)
+            .fetch_optional(conn)
+            .await
+            .map_err(|source| StoreError::Db {
+                context: "reading a channel's webhook receiver",
+                source,
+            })?;
+    Ok(match row {
+        Some((url, secret)) => Receiver {
+            url: url.filter(|u| !u.is_empty()),
+            secret,
+        },
+        None => Receiver::default(),
+    })
+}
+
+/// Queues an event webhook for the receiver of `channel_id`.
+pub async fn queue_event(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    chat_id: Option<i64>,
+    event: WebhookEvent,
+    now: i64,
+) -> Result<(), StoreError> {
+    let kind = format!("{EVENT_PREFIX}{}", event.event_name());
+    let payload = serde_json::to_value(&event)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode a webhook: {e}")))?;
+    let to = channel_receiver(conn, channel_id).await?;
+    let out = Outgoing {
+        kind: EventKind::from(kind),
+        payload,
+        channel_id: Some(channel_id),
+        chat_id,
+    };
+    queue(conn, out, &to, now).await.map(|_| ())
+}
+
+/// Queues `client_updated` for the client's channel: call it in the
+/// transaction that changed the client's data.
+pub async fn queue_client_updated(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    match payload::client_updated(conn, client_id).await? {
+        Some((channel_id, event)) => queue_event(conn, channel_id, None, event, now).await,
+        None => Ok(()),
+    }
+}
+
+/// Queues `client_attribute_updated` with the client's attributes as stored.
+pub async fn queue_client_attribute_updated(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    match payload::client_attribute_updated(conn, client_id).await? {
+        Some((channel_id, event)) => queue_event(conn, channel_id, None, event, now).await,
+        None => Ok(()),
+    }
+}
+
+/// Queues `chat_accepted` (or `chat_updated`) for a chat.
+pub async fn queue_chat_event(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+    accepted: bool,
+    now: i64,
+) -> Result<(), StoreError> {
+    let Some((channel_id, body)) = payload::chat_event(conn, chat_id).await? else {
+        return Ok(());
+    };
+    let event = if accepted {
+        WebhookEvent::ChatAccepted(body)
+    } else {
+        WebhookEvent::ChatUpdated(body)
+    };
+    queue_event(conn, channel_id, Some(chat_id), event, now).await
+}
