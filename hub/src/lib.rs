@@ -22,4 +22,5 @@ pub mod server;
 pub mod store;
 pub mod tryout;
 pub mod web;
+pub mod webhooks;
 pub mod wiring;

@@ -46,7 +46,7 @@ pub enum StoreError {
 }
 
 /// Attaches context to sqlx errors: `.ctx("inserting a message")?`.
-pub(crate) trait Ctx<T> {
+pub trait Ctx<T> {
     fn ctx(self, context: &'static str) -> Result<T, StoreError>;
 }
 
@@ -88,6 +88,10 @@ impl WriteTx<'_> {
 const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/sqlite/0001_channel.sql")),
     (2, include_str!("../../migrations/sqlite/0002_plugins.sql")),
+    (
+        3,
+        include_str!("../../migrations/sqlite/0003_webhooks_crm.sql"),
+    ),
 ];
 
 impl Store {
