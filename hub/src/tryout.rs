@@ -162,9 +162,11 @@ pub async fn run(
         message: e.to_string(),
     })?;
     let direction = match recorded.direction.as_deref() {
+        Some("inbound") => Direction::In,
+        Some("outbound") => Direction::Out,
         Some(d) => Direction::parse(d).ok_or_else(|| TryoutError::Event {
             file: event_file.to_owned(),
-            message: format!("direction `{d}` is neither `in` nor `out`"),
+            message: format!("direction `{d}` is none of `inbound`, `outbound`, `in`, `out`"),
         })?,
         None if recorded.kind.starts_with("channel.agent_") => Direction::Out,
         None => Direction::In,
@@ -192,7 +194,9 @@ pub async fn run(
         channel: recorded.channel.as_deref(),
         context: &context,
     };
-    let result = loaded.call(&input).await;
+    let kind = event.kind.clone();
+    let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
+    let result = loaded.call(&input, &check).await;
     let micros = loaded.counters().snapshot().micros;
     scratch.close().await;
     let outcome = result.map_err(|e| TryoutError::Plugin(e.to_string()))?;

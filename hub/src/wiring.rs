@@ -58,6 +58,7 @@ impl Wiring {
         };
         let mut loaded = Loaded::default();
         let mut plugins = HashMap::new();
+        let mut failed = Vec::new();
         for p in &config.plugins {
             match Plugin::load(runtime, p, &config.resolve(&p.path), services.clone()) {
                 Ok((plugin, origin)) => {
@@ -67,7 +68,10 @@ impl Wiring {
                     }
                     plugins.insert(p.name.clone(), Arc::new(plugin));
                 }
-                Err(e) => problems.push(e.to_string()),
+                Err(e) => {
+                    problems.push(e.to_string());
+                    failed.push(p.name.as_str());
+                }
             }
         }
         let mut routes = Vec::with_capacity(config.routes.len());
@@ -76,9 +80,9 @@ impl Wiring {
             for name in &r.plugins {
                 match plugins.get(name) {
                     Some(p) => chain.push(p.clone()),
-                    // Unknown names are reported by config validation; a plugin
-                    // that failed to load is reported above.
-                    None => problems.push(format!("routes[{i}]: plugin `{name}` is not loaded")),
+                    // A plugin that failed to load is reported above already.
+                    None if failed.contains(&name.as_str()) => {}
+                    None => problems.push(format!("routes[{i}]: no plugin is named `{name}`")),
                 }
             }
             routes.push(Route {

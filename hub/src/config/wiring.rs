@@ -208,6 +208,9 @@ pub(super) fn check(config: &Config, problems: &mut Vec<String>) {
         if p.max_output_bytes == 0 {
             problems.push(format!("{key}.max_output_bytes: must be positive"));
         }
+        if p.max_host_calls == 0 {
+            problems.push(format!("{key}.max_host_calls: must be at least 1"));
+        }
         for (j, d) in p.destinations.iter().enumerate() {
             if !destinations.contains(d.as_str()) {
                 problems.push(format!(

@@ -126,9 +126,11 @@ impl HttpSender {
         };
         let webhook = row.kind.starts_with(crate::webhooks::EVENT_PREFIX)
             || row.kind.starts_with(crate::webhooks::CRM_PREFIX);
+        // Only the start of an answer matters to a delivery; a body too large
+        // to keep counts as empty.
         match self.post(post, timeout).await {
-            Ok((status, body)) if webhook => classify_webhook(status, body),
-            Ok((status, body)) => classify(status, body),
+            Ok((status, body)) if webhook => classify_webhook(status, body.unwrap_or_default()),
+            Ok((status, body)) => classify(status, body.unwrap_or_default()),
             Err(PostError::Invalid(reason)) => Attempt::Rejected(reason),
             Err(PostError::Transient(reason)) => Attempt::Transient(reason),
         }
@@ -149,16 +151,21 @@ impl HttpSender {
             headers,
             delivery: None,
         };
-        self.post(post, timeout).await.map_err(|e| match e {
-            PostError::Invalid(r) | PostError::Transient(r) => r,
-        })
+        match self.post(post, timeout).await {
+            Ok((status, Some(body))) => Ok((status, body)),
+            Ok((_, None)) => Err(format!(
+                "the answer is larger than {} KiB",
+                MAX_RESPONSE_BYTES / 1024
+            )),
+            Err(PostError::Invalid(r) | PostError::Transient(r)) => Err(r),
+        }
     }
 
     async fn post(
         &self,
         post: Post<'_>,
         timeout: Duration,
-    ) -> Result<(StatusCode, Bytes), PostError> {
+    ) -> Result<(StatusCode, Option<Bytes>), PostError> {
         let uri: Uri = post
             .url
             .parse()
@@ -183,11 +190,12 @@ impl HttpSender {
         let exchange = async {
             let response = self.client.request(request).await?;
             let status = response.status();
+            // `None`: more than MAX_RESPONSE_BYTES (or the body broke off).
             let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
-                .unwrap_or_default();
+                .ok();
             Ok::<_, hyper_util::client::legacy::Error>((status, body))
         };
         match tokio::time::timeout(timeout, exchange).await {

@@ -17,7 +17,7 @@ use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
 use crate::wiring::{Route, WiringHandle};
 
-pub use validate::{AutoReply, auto_reply};
+pub use validate::{AutoReply, action as check_action, auto_reply};
 
 /// Kinds of the hub's own reports on forwards; what plugins do with them may
 /// not forward again, or a forward could feed itself.
@@ -124,15 +124,9 @@ impl Pipeline {
                 channel: channel.as_deref(),
                 context: &context,
             };
-            let outcome = plugin.call(&input).await.and_then(|mut o| {
-                if let Action::Continue(Some(payload)) = &o.action {
-                    let checked = validate::payload(&routed.event.kind, payload.clone())
-                        .map_err(|e| plugin.invalid_output(e))?;
-                    o.action = Action::Continue(Some(checked));
-                }
-                Ok(o)
-            });
-            let outcome = match outcome {
+            let kind = routed.event.kind.clone();
+            let check = move |action: &mut Action| validate::action(&kind, action);
+            let outcome = match plugin.call(&input, &check).await {
                 Ok(o) => o,
                 Err(e) => match route.on_error {
                     OnError::Skip => {

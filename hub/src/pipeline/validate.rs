@@ -8,6 +8,23 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::event::EventKind;
+use crate::runtime::Action;
+
+/// Holds a plugin's action to the rules of `kind`: a changed payload must be
+/// a valid payload of the kind (and is normalised); a reply to a customer
+/// message must be a message the hub can send.
+pub fn action(kind: &EventKind, action: &mut Action) -> Result<(), String> {
+    match action {
+        Action::Continue(Some(changed)) => {
+            *changed = payload(kind, std::mem::take(changed))?;
+            Ok(())
+        }
+        Action::Reply(reply) if *kind == EventKind::CUSTOMER_MESSAGE => {
+            auto_reply(reply.clone()).map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}
 
 /// Checks (and normalises) a plugin's replacement payload for `kind`.
 pub fn payload(kind: &EventKind, value: Value) -> Result<Value, String> {

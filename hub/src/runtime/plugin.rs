@@ -162,10 +162,17 @@ impl Plugin {
     }
 
     /// Runs the plugin on one event. Whatever the guest does, the result is
-    /// an outcome or an error, within the plugin's limits.
-    pub async fn call(self: &Arc<Self>, input: &PluginEvent<'_>) -> Result<Outcome, PluginError> {
+    /// an outcome or an error, within the plugin's limits. `check` holds the
+    /// action to the event kind's rules (and may normalise it); an action it
+    /// refuses fails the call like any other invalid output, before the
+    /// call's key-value writes are applied.
+    pub async fn call(
+        self: &Arc<Self>,
+        input: &PluginEvent<'_>,
+        check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
+    ) -> Result<Outcome, PluginError> {
         let started = Instant::now();
-        let result = self.call_inner(input, started).await;
+        let result = self.call_inner(input, check).await;
         self.counters.call(started.elapsed());
         match &result {
             Ok(outcome) => {
@@ -187,7 +194,7 @@ impl Plugin {
     async fn call_inner(
         self: &Arc<Self>,
         input: &PluginEvent<'_>,
-        started: Instant,
+        check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
     ) -> Result<Outcome, PluginError> {
         let _slot = self
             .runtime
@@ -196,7 +203,8 @@ impl Plugin {
             .acquire()
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
-        let deadline = started + self.limits.timeout;
+        // The deadline starts once the call has a slot: waiting is not running.
+        let deadline = Instant::now() + self.limits.timeout;
         let state = HostState::new(self.clone(), input.event.id.to_string(), deadline);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -234,10 +242,11 @@ impl Plugin {
             Ok(Err(Failure::Call(e))) => return Err(self.classify(state, &e)),
             Ok(Ok(answer)) => answer,
         };
-        let outcome = match answer {
+        let mut outcome = match answer {
             Ok(outcome) => self.check(outcome)?,
             Err(message) => return Err(self.error(ErrorKind::Failed, message)),
         };
+        check(&mut outcome.action).map_err(|e| self.error(ErrorKind::InvalidOutput, e))?;
         let writes = std::mem::take(&mut state.kv_writes);
         if let Err(e) = self.services.store.kv_apply(&self.name, &writes).await {
             tracing::error!(plugin = %self.name, error = %e, "key-value writes lost");
@@ -318,14 +327,6 @@ impl Plugin {
             });
         }
         Ok(Outcome { action, forwards })
-    }
-
-    /// An outcome the pipeline found invalid for the event's kind; counted
-    /// and logged like a failure of the call itself.
-    pub fn invalid_output(&self, message: String) -> PluginError {
-        self.counters.error(ErrorKind::InvalidOutput);
-        tracing::warn!(plugin = %self.name, kind = ErrorKind::InvalidOutput.as_str(), error = %message, "plugin call failed");
-        self.error(ErrorKind::InvalidOutput, message)
     }
 
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {
