@@ -129,6 +129,8 @@ async fn main() {
             customer_endpoint: "http://127.0.0.1:9/hub".into(),
             chunked: false,
             agents: vec![],
+            webhook_url: None,
+            webhook_secret: None,
         },
         false,
     )

@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::app::App;
 use crate::ids::constant_time_eq;
 use crate::provisioning::{self, ChannelSpec, ProvisionError};
+use crate::store::OutboxState;
 use crate::web::{Resp, bearer, error, json, method_not_allowed, read_body};
 
 /// Routes `/admin/v1/...`; `rest` is the path after `v1`.
@@ -39,6 +40,11 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         },
         (Method::POST, ["agents"]) => create_agent(app, req).await,
         (Method::GET, ["plugins"]) => list_plugins(app),
+        (Method::PUT, ["channels", id, "webhook"]) => set_webhook(app, req, id).await,
+        (Method::GET, ["deliveries"]) => list_deliveries(app, &req).await,
+        (Method::POST, ["deliveries", "replay"]) => replay(app, Vec::new()).await,
+        (Method::POST, ["deliveries", id, "replay"]) => replay(app, vec![(*id).to_owned()]).await,
+        (_, ["deliveries", ..] | ["plugins"] | ["channels", _, "webhook"]) => method_not_allowed(),
         (_, ["channels"] | ["agents"]) => method_not_allowed(),
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
     }
@@ -96,6 +102,10 @@ struct NewChannelBody {
     chunked: bool,
     #[serde(default)]
     agents: Vec<String>,
+    #[serde(default)]
+    webhook_url: Option<String>,
+    #[serde(default)]
+    webhook_secret: Option<String>,
 }
 
 async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
@@ -108,6 +118,8 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         customer_endpoint: b.customer_endpoint,
         chunked: b.chunked,
         agents: b.agents,
+        webhook_url: b.webhook_url,
+        webhook_secret: b.webhook_secret,
     };
     match provisioning::create_channel(&app.store, &spec, false).await {
         Ok(ch) => json(
@@ -183,4 +195,107 @@ fn list_plugins(app: &App) -> Resp {
         StatusCode::OK,
         &json!({ "plugins": plugins, "routes": routes }),
     )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookBody {
+    /// `null` removes the receiver.
+    url: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+    /// Makes a new signing secret and answers it (once).
+    #[serde(default)]
+    generate_secret: bool,
+}
+
+/// `PUT /admin/v1/channels/{id or public_id}/webhook`: where the channel's event webhooks go.
+async fn set_webhook(app: &App, req: Request<Incoming>, id: &str) -> Resp {
+    let b: WebhookBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let channel = match id.parse::<i64>() {
+        Ok(n) => app.store.channel_by_id(n).await,
+        Err(_) => app.store.channel_by_public_id(id).await,
+    };
+    let channel = match channel {
+        Ok(Some(c)) => c,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", "no such channel"),
+        Err(e) => return store_failure(e.into()),
+    };
+    let secret = if b.generate_secret {
+        Some(crate::webhooks::signing::Secret::generate())
+    } else {
+        b.secret
+    };
+    if let Err(e) = provisioning::validate_webhook(b.url.as_deref(), secret.as_deref()) {
+        return provision_error(e);
+    }
+    match app
+        .store
+        .set_channel_webhook(channel.id, b.url.as_deref(), secret.as_deref())
+        .await
+    {
+        Ok(()) => json(
+            StatusCode::OK,
+            &json!({ "channel": channel.public_id, "url": b.url,
+                     "signed": secret.is_some(),
+                     "secret": if b.generate_secret { secret } else { None } }),
+        ),
+        Err(e) => store_failure(e.into()),
+    }
+}
+
+/// `GET /admin/v1/deliveries?state=dead|failed|pending|delivered|dropped&limit=N`.
+async fn list_deliveries(app: &App, req: &Request<Incoming>) -> Resp {
+    let mut state = OutboxState::Failed;
+    let mut limit = 100;
+    for pair in req.uri().query().unwrap_or_default().split('&') {
+        match pair.split_once('=') {
+            Some(("state", "dead")) => state = OutboxState::Failed,
+            Some(("state", s)) => match OutboxState::parse(s) {
+                Some(s) => state = s,
+                None => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request",
+                        format!("state `{s}` is none of dead, failed, pending, delivered, dropped"),
+                    );
+                }
+            },
+            Some(("limit", n)) => match n.parse::<i64>() {
+                Ok(n) if (1..=1000).contains(&n) => limit = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request",
+                        "limit is a number from 1 to 1000",
+                    );
+                }
+            },
+            _ => {}
+        }
+    }
+    match app.store.list_deliveries(state, limit).await {
+        Ok(list) => json(StatusCode::OK, &json!({ "deliveries": list })),
+        Err(e) => store_failure(e.into()),
+    }
+}
+
+/// Puts dead letters (one, or all failed webhooks) back in the queue.
+async fn replay(app: &App, ids: Vec<String>) -> Resp {
+    let one = !ids.is_empty();
+    match app.store.replay_dead(&ids, crate::clock::now_ms()).await {
+        Ok(replayed) if one && replayed.is_empty() => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no failed delivery has this id",
+        ),
+        Ok(replayed) => {
+            app.kick.kick();
+            json(StatusCode::OK, &json!({ "replayed": replayed }))
+        }
+        Err(e) => store_failure(e.into()),
+    }
 }

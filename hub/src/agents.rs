@@ -51,7 +51,33 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             };
             send_message(app, req, &agent, id).await
         }
+        (Method::POST, ["chats", id, "crm-link"]) => {
+            with_chat_id(id, |id| async move {
+                core_answer(
+                    app.conversations
+                        .link_crm(&agent, id)
+                        .await
+                        .map(|link| json!({ "crm_link": link })),
+                )
+            })
+            .await
+        }
+        (Method::PUT, ["chats", id, "attributes"]) => {
+            let Ok(id) = id.parse::<i64>() else {
+                return error(StatusCode::NOT_FOUND, "not_found", "no such chat");
+            };
+            set_attributes(app, req, &agent, id).await
+        }
+        (Method::POST, ["calls"]) => start_call(app, req, &agent).await,
+        (Method::PUT, ["calls", id]) => {
+            let Ok(id) = id.parse::<i64>() else {
+                return error(StatusCode::NOT_FOUND, "not_found", "no such call");
+            };
+            update_call(app, req, &agent, id).await
+        }
+        (_, ["calls"] | ["calls", _]) => method_not_allowed(),
         (Method::GET, ["stream"]) => stream(app, &agent).await,
+        (_, ["crm", rest @ ..]) => crate::crm::handle(app, req, &agent, rest).await,
         (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => {
             method_not_allowed()
         }
@@ -148,7 +174,7 @@ async fn set_status(app: &App, req: Request<Incoming>, agent: &Agent) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    match app.store.set_agent_online(agent.id, body.online).await {
+    match app.conversations.set_agent_online(agent, body.online).await {
         Ok(()) => json(StatusCode::OK, &json!({ "online": body.online })),
         Err(e) => {
             tracing::error!(error = %e, "cannot set agent status");
@@ -182,13 +208,15 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
     };
     let client = app.store.client_by_id(chat.client_id).await;
     let messages = app.store.messages_of_chat(chat.id).await;
-    match (client, messages) {
-        (Ok(Some(client)), Ok(messages)) => json(
+    let integration = app.store.chat_integration(chat.id).await;
+    match (client, messages, integration) {
+        (Ok(Some(client)), Ok(messages), Ok(integration)) => json(
             StatusCode::OK,
-            &json!({ "chat": chat, "client": client_view(&client), "messages": messages }),
+            &json!({ "chat": chat, "client": client_view(&client), "messages": messages,
+                     "integration": integration }),
         ),
-        (Ok(None), _) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
-        (Err(e), _) | (_, Err(e)) => {
+        (Ok(None), _, _) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             tracing::error!(error = %e, "cannot read a chat");
             unavailable()
         }
@@ -279,4 +307,72 @@ impl hyper::body::Body for SseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttributesBody {
+    attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+async fn set_attributes(app: &App, req: Request<Incoming>, agent: &Agent, chat_id: i64) -> Resp {
+    let body: AttributesBody = match json_body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    core_answer(
+        app.conversations
+            .set_attributes(agent, chat_id, body.attributes)
+            .await
+            .map(|a| json!({ "attributes": a })),
+    )
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartCallBody {
+    chat_id: i64,
+    #[serde(rename = "type")]
+    kind: plugin_api::webhook::CallType,
+    phone: String,
+}
+
+async fn start_call(app: &App, req: Request<Incoming>, agent: &Agent) -> Resp {
+    let b: StartCallBody = match json_body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let report = crate::integration::CallReport::Start {
+        chat_id: b.chat_id,
+        kind: b.kind,
+        phone: b.phone,
+    };
+    match app.conversations.report_call(agent, report).await {
+        Ok(v) => json(StatusCode::CREATED, &v),
+        Err(e) => core_error(e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallStatusBody {
+    status: plugin_api::webhook::CallStatus,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    record_url: Option<String>,
+}
+
+async fn update_call(app: &App, req: Request<Incoming>, agent: &Agent, call_id: i64) -> Resp {
+    let b: CallStatusBody = match json_body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let report = crate::integration::CallReport::Status {
+        call_id,
+        status: b.status,
+        reason: b.reason,
+        record_url: b.record_url,
+    };
+    core_answer(app.conversations.report_call(agent, report).await)
 }

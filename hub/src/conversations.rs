@@ -54,10 +54,10 @@ pub enum Ingested {
 }
 
 pub struct Conversations {
-    store: Store,
+    pub(crate) store: Store,
     live: Live,
     pipeline: Arc<Pipeline>,
-    kick: Kick,
+    pub(crate) kick: Kick,
     /// The Safe URL setting for custom data from webhook replies.
     safe_url: bool,
 }
@@ -272,6 +272,14 @@ impl Conversations {
         if !routed.forwards.is_empty() {
             self.kick.kick();
         }
+        Ok(())
+    }
+
+    /// An agent goes on- or offline: the channel status endpoint and the
+    /// context plugins see follow at once.
+    pub async fn set_agent_online(&self, agent: &Agent, online: bool) -> Result<(), StoreError> {
+        self.store.set_agent_online(agent.id, online).await?;
+        self.pipeline.forget_context();
         Ok(())
     }
 
@@ -556,7 +564,7 @@ impl Conversations {
         Ok(stored)
     }
 
-    fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
+    pub(crate) fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
         self.live.publish(LiveEvent {
             kind,
             channel_id: chat.channel_id,

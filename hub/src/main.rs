@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use hub::config::Config;
 use hub::provisioning::{self, ChannelSpec};
-use hub::store::Store;
+use hub::store::{OutboxState, Store};
 use hub::tryout;
 
 #[derive(Parser)]
@@ -39,6 +39,32 @@ enum Command {
     /// Work with plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Inspect outbound deliveries and replay dead letters.
+    #[command(subcommand)]
+    Deliveries(DeliveriesCommand),
+}
+
+#[derive(Subcommand)]
+enum DeliveriesCommand {
+    /// List deliveries in a state (default: dead letters).
+    List {
+        /// dead (= failed), pending, delivered, dropped.
+        #[arg(long, default_value = "dead")]
+        state: String,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send dead letters again with their delivery ids; a running hub picks
+    /// them up within a second.
+    Replay {
+        /// Delivery ids; none with --all.
+        ids: Vec<String>,
+        /// Every failed webhook.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -72,6 +98,9 @@ enum ChannelCommand {
         /// E-mail of an agent who receives the channel's chats (repeatable).
         #[arg(long = "agent")]
         agents: Vec<String>,
+        /// Receiver of the channel's event webhooks.
+        #[arg(long = "webhook-url")]
+        webhook_url: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -145,7 +174,50 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Channel(cmd) => channel(config, cmd).await,
         Command::Agent(cmd) => agent(config, cmd).await,
         Command::Plugin(cmd) => plugin(config, cmd).await,
+        Command::Deliveries(cmd) => deliveries(config, cmd).await,
     }
+}
+
+async fn deliveries(config: Config, cmd: DeliveriesCommand) -> Result<()> {
+    let store = open_store(&config).await?;
+    match cmd {
+        DeliveriesCommand::List { state, limit, json } => {
+            let parsed = match state.as_str() {
+                "dead" => Some(OutboxState::Failed),
+                s => OutboxState::parse(s),
+            };
+            let state = parsed.with_context(|| {
+                format!("state `{state}` is none of dead, failed, pending, delivered, dropped")
+            })?;
+            let list = store.list_deliveries(state, limit).await?;
+            if json {
+                out(&serde_json::to_string_pretty(&list)?)?;
+            } else {
+                for d in list {
+                    out(&format!(
+                        "{}\t{}\t{}\tattempts {}\t{}",
+                        d.id,
+                        d.kind,
+                        d.target_url,
+                        d.attempts,
+                        d.last_error.unwrap_or_default()
+                    ))?;
+                }
+            }
+        }
+        DeliveriesCommand::Replay { ids, all } => {
+            if ids.is_empty() && !all {
+                anyhow::bail!("name delivery ids, or --all for every dead letter");
+            }
+            let replayed = store.replay_dead(&ids, hub::clock::now_ms()).await?;
+            if let Some(missing) = ids.iter().find(|id| !replayed.contains(id)) {
+                anyhow::bail!("`{missing}` is not a failed delivery");
+            }
+            out(&format!("replayed {} deliveries", replayed.len()))?;
+        }
+    }
+    store.close().await;
+    Ok(())
 }
 
 async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
@@ -228,6 +300,7 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
             endpoint,
             chunked,
             agents,
+            webhook_url,
             json,
         } => {
             let spec = ChannelSpec {
@@ -235,6 +308,8 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
                 customer_endpoint: endpoint,
                 chunked,
                 agents,
+                webhook_url,
+                webhook_secret: None,
             };
             let ch = provisioning::create_channel(&store, &spec, false).await?;
             let view = provisioning::view(ch, &base, &secret);

@@ -27,6 +27,9 @@ pub struct ChannelSpec {
     pub customer_endpoint: String,
     pub chunked: bool,
     pub agents: Vec<String>,
+    /// Receiver of the channel's event webhooks, and its signing secret.
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
 }
 
 impl From<&ChannelConfig> for ChannelSpec {
@@ -36,6 +39,8 @@ impl From<&ChannelConfig> for ChannelSpec {
             customer_endpoint: c.customer_endpoint.clone(),
             chunked: c.chunked,
             agents: c.agents.clone(),
+            webhook_url: c.webhook_url.clone(),
+            webhook_secret: c.webhook_secret.clone(),
         }
     }
 }
@@ -56,8 +61,24 @@ impl ChannelSpec {
                 "agent `{bad}` is not an e-mail address"
             )));
         }
-        Ok(())
+        validate_webhook(self.webhook_url.as_deref(), self.webhook_secret.as_deref())
     }
+}
+
+/// A webhook receiver must be an http(s) URL; a secret, a Standard Webhooks one.
+pub fn validate_webhook(url: Option<&str>, secret: Option<&str>) -> Result<(), ProvisionError> {
+    if let Some(url) = url
+        && !is_http_url(url)
+    {
+        return Err(ProvisionError::Invalid(format!(
+            "webhook_url `{url}` is not an http(s) URL"
+        )));
+    }
+    if let Some(secret) = secret {
+        crate::webhooks::signing::Secret::parse(secret)
+            .map_err(|e| ProvisionError::Invalid(format!("webhook_secret: {e}")))?;
+    }
+    Ok(())
 }
 
 /// A channel as shown to the operator, with the URLs to give the integrator.
@@ -73,6 +94,8 @@ pub struct ChannelView {
     pub endpoint_url: String,
     pub status_url: String,
     pub created_at: i64,
+    pub webhook_url: Option<String>,
+    pub webhook_signed: bool,
 }
 
 /// The installation's random path segment, created on first use.
@@ -93,6 +116,8 @@ pub fn view(channel: Channel, base: &str, secret: &str) -> ChannelView {
         declared: channel.declared,
         agents: channel.agents,
         created_at: channel.created_at,
+        webhook_url: channel.webhook_url,
+        webhook_signed: channel.webhook_signed,
     }
 }
 
@@ -109,7 +134,7 @@ pub async fn create_channel(
         )));
     }
     let public_id = random_token();
-    Ok(store
+    let mut channel = store
         .insert_channel(NewChannel {
             public_id: &public_id,
             name: &spec.name,
@@ -118,7 +143,19 @@ pub async fn create_channel(
             declared,
             agents: &spec.agents,
         })
-        .await?)
+        .await?;
+    if spec.webhook_url.is_some() || spec.webhook_secret.is_some() {
+        store
+            .set_channel_webhook(
+                channel.id,
+                spec.webhook_url.as_deref(),
+                spec.webhook_secret.as_deref(),
+            )
+            .await?;
+        channel.webhook_url = spec.webhook_url.clone();
+        channel.webhook_signed = spec.webhook_secret.is_some();
+    }
+    Ok(channel)
 }
 
 /// Creates the channels of `hub.toml` that do not exist yet and updates the others;
@@ -138,6 +175,13 @@ pub async fn sync_declared(
                         &c.customer_endpoint,
                         c.chunked,
                         &c.agents,
+                    )
+                    .await?;
+                store
+                    .set_channel_webhook(
+                        existing.id,
+                        c.webhook_url.as_deref(),
+                        c.webhook_secret.as_deref(),
                     )
                     .await?;
             }

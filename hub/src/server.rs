@@ -77,6 +77,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
         },
         ["admin", "v1", rest @ ..] => crate::admin::handle(app, req, rest).await,
         ["agent", "v1", rest @ ..] => crate::agents::handle(app, req, rest).await,
+        ["widget", "v1", rest @ ..] => crate::widget::handle(app, req, rest).await,
         [secret, public_id] => crate::channel::handle(app, req, secret, public_id, false).await,
         [secret, public_id, "status"] => {
             crate::channel::handle(app, req, secret, public_id, true).await

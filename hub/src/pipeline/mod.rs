@@ -7,6 +7,7 @@ mod validate;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -51,7 +52,14 @@ pub struct Pipeline {
     store: Store,
     /// Channel names by id, for routes that name channels; names never change.
     channel_names: Mutex<HashMap<i64, Arc<str>>>,
+    /// Online agents by channel, read at most once per [`CONTEXT_TTL`]
+    /// (agents of this hub going on- or offline clear it at once).
+    online: Mutex<HashMap<i64, (Instant, i64)>>,
 }
+
+/// How stale the context plugins see may be when another process (a second
+/// hub on the same database) changed it.
+const CONTEXT_TTL: Duration = Duration::from_secs(1);
 
 /// Queues the forwards of an event in the caller's transaction: they are
 /// sent if and only if the event's own change is committed.
@@ -89,7 +97,16 @@ impl Pipeline {
             wiring,
             store,
             channel_names: Mutex::new(HashMap::new()),
+            online: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Drops cached context, after a change this process made.
+    pub fn forget_context(&self) {
+        self.online
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub fn wiring(&self) -> &WiringHandle {
@@ -169,8 +186,24 @@ impl Pipeline {
         let Some(channel_id) = event.channel_id else {
             return json!({});
         };
+        let cached = self
+            .online
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&channel_id)
+            .filter(|(at, _)| at.elapsed() < CONTEXT_TTL)
+            .map(|(_, n)| *n);
+        if let Some(n) = cached {
+            return json!({ "agents_online": n });
+        }
         match self.store.channel_online_agents(channel_id).await {
-            Ok(n) => json!({ "agents_online": n }),
+            Ok(n) => {
+                self.online
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(channel_id, (Instant::now(), n));
+                json!({ "agents_online": n })
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot count online agents for plugin context");
                 json!({})

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy,
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    Strategy,
 };
 
 use crate::config::MAX_PLUGIN_MEMORY_MB;
@@ -19,6 +20,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 const CORE_INSTANCES_PER_PLUGIN: u32 = 16;
 const MEMORIES_PER_PLUGIN: u32 = 2;
 const TABLES_PER_PLUGIN: u32 = 16;
+/// Low bytes of each pooled memory kept resident between calls; covers a Rust
+/// guest's stack, data and the start of its heap.
+const KEEP_RESIDENT: usize = 4 << 20;
 
 /// Builds the engine: component model, async calls, epoch interruption,
 /// Cranelift, and a pooling allocator with copy-on-write memory images sized
@@ -33,7 +37,14 @@ pub fn build(slots: u32) -> wasmtime::Result<Engine> {
         .max_core_instances_per_component(CORE_INSTANCES_PER_PLUGIN)
         .max_memories_per_component(MEMORIES_PER_PLUGIN)
         .max_tables_per_component(TABLES_PER_PLUGIN)
-        .max_memory_size((MAX_PLUGIN_MEMORY_MB as usize) << 20);
+        .max_memory_size((MAX_PLUGIN_MEMORY_MB as usize) << 20)
+        // A fresh store per call must not pay page faults for pages the last
+        // call touched: reset the dirty pages in place (PAGEMAP_SCAN where the
+        // kernel has it, else memset of the low addresses) instead of
+        // returning them to the kernel.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(64 << 10)
+        .pagemap_scan(Enabled::Auto);
 
     let mut config = Config::new();
     config

@@ -16,6 +16,10 @@ pub struct Channel {
     pub declared: bool,
     pub agents: Vec<String>,
     pub created_at: i64,
+    /// Receiver of the channel's event webhooks.
+    pub webhook_url: Option<String>,
+    /// Whether its webhooks are signed (the secret itself is not shown).
+    pub webhook_signed: bool,
 }
 
 /// What a new channel is made of; `public_id` comes from [`crate::ids`].
@@ -28,7 +32,8 @@ pub struct NewChannel<'a> {
     pub agents: &'a [String],
 }
 
-const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at";
+const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at, \
+     webhook_url, webhook_secret";
 
 fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
     Ok(Channel {
@@ -40,6 +45,10 @@ fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
         declared: flag(row.try_get("declared")?),
         agents: Vec::new(),
         created_at: row.try_get("created_at")?,
+        webhook_url: row.try_get("webhook_url")?,
+        webhook_signed: row
+            .try_get::<Option<String>, _>("webhook_secret")?
+            .is_some(),
     })
 }
 
@@ -176,6 +185,24 @@ impl Store {
         .await
         .ctx("listing channel agents")?;
         Ok(rows.into_iter().map(|(e,)| e).collect())
+    }
+
+    /// Sets (or with `None`, removes) the receiver of a channel's event webhooks.
+    pub async fn set_channel_webhook(
+        &self,
+        channel_id: i64,
+        url: Option<&str>,
+        secret: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE channels SET webhook_url = $1, webhook_secret = $2 WHERE id = $3")
+            .bind(url)
+            .bind(secret)
+            .bind(channel_id)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("setting a channel's webhook receiver")?;
+        w.commit().await
     }
 
     /// True when an agent assigned to the channel is online: the status endpoint's answer.

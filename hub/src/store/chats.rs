@@ -467,6 +467,15 @@ impl Store {
             .map(|c| c.id))
     }
 
+    /// What webhook replies showed the agent in a chat, as stored.
+    pub async fn chat_integration(
+        &self,
+        chat_id: i64,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let mut conn = self.pool().acquire().await.ctx("opening a connection")?;
+        integration_of(&mut conn, chat_id).await
+    }
+
     pub async fn chat_by_id(&self, id: i64) -> Result<Option<Chat>, StoreError> {
         let row = sqlx::query(&format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id = $1"))
             .bind(id)

@@ -4,6 +4,7 @@
 mod agents;
 mod channels;
 pub mod chats;
+pub mod crm;
 pub mod events;
 pub mod kv;
 pub mod outbox;

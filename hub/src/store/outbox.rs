@@ -266,3 +266,99 @@ impl Store {
         Ok(row.0)
     }
 }
+
+/// An outbox row as operators see it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeliveryView {
+    pub id: String,
+    pub event_id: String,
+    pub kind: String,
+    pub state: String,
+    pub target_url: String,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub response: Option<String>,
+    pub chat_id: Option<i64>,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+    pub body: serde_json::Value,
+}
+
+impl Store {
+    /// Deliveries in `state`, newest first.
+    pub async fn list_deliveries(
+        &self,
+        state: OutboxState,
+        limit: i64,
+    ) -> Result<Vec<DeliveryView>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, event_id, kind, state, target_url, attempts, last_error, response, \
+             chat_id, created_at, finished_at, body FROM outbox WHERE state = $1 \
+             ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(state.as_str())
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .ctx("listing deliveries")?;
+        rows.iter()
+            .map(|r| {
+                let body: String = r.try_get("body").ctx("reading a delivery")?;
+                Ok(DeliveryView {
+                    id: r.try_get("id").ctx("reading a delivery")?,
+                    event_id: r.try_get("event_id").ctx("reading a delivery")?,
+                    kind: r.try_get("kind").ctx("reading a delivery")?,
+                    state: r.try_get("state").ctx("reading a delivery")?,
+                    target_url: r.try_get("target_url").ctx("reading a delivery")?,
+                    attempts: r.try_get("attempts").ctx("reading a delivery")?,
+                    last_error: r.try_get("last_error").ctx("reading a delivery")?,
+                    response: r.try_get("response").ctx("reading a delivery")?,
+                    chat_id: r.try_get("chat_id").ctx("reading a delivery")?,
+                    created_at: r.try_get("created_at").ctx("reading a delivery")?,
+                    finished_at: r.try_get("finished_at").ctx("reading a delivery")?,
+                    body: serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+                })
+            })
+            .collect()
+    }
+
+    /// Sends dead letters again, with their delivery ids: `ids` or, when
+    /// empty, every failed webhook. Returns the ids put back in the queue.
+    pub async fn replay_dead(&self, ids: &[String], now: i64) -> Result<Vec<String>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let candidates: Vec<(String,)> = if ids.is_empty() {
+            sqlx::query_as(
+                "SELECT id FROM outbox WHERE state = 'failed' \
+                 AND (kind LIKE 'webhook.%' OR kind LIKE 'crm.%') ORDER BY seq",
+            )
+            .fetch_all(&mut *w.tx)
+            .await
+            .ctx("finding dead letters")?
+        } else {
+            let mut found = Vec::new();
+            for id in ids {
+                let row: Option<(String,)> =
+                    sqlx::query_as("SELECT id FROM outbox WHERE id = $1 AND state = 'failed'")
+                        .bind(id.as_str())
+                        .fetch_optional(&mut *w.tx)
+                        .await
+                        .ctx("finding a dead letter")?;
+                found.extend(row);
+            }
+            found
+        };
+        for (id,) in &candidates {
+            sqlx::query(
+                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = $1, \
+                 give_up_at = NULL, lease_until = NULL, finished_at = NULL WHERE id = $2",
+            )
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *w.tx)
+            .await
+            .ctx("replaying a delivery")?;
+        }
+        w.commit().await?;
+        Ok(candidates.into_iter().map(|(id,)| id).collect())
+    }
+}

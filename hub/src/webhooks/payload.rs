@@ -433,3 +433,31 @@ pub fn escape_html(text: &str) -> String {
     }
     out
 }
+
+/// `offline_message` for a message left through the widget's offline form.
+pub async fn offline_message(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    chat_id: i64,
+    offline_message_id: i64,
+    message: String,
+) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
+    let Some(k) = known(conn, client_id).await? else {
+        return Ok(None);
+    };
+    let body = plugin_api::webhook::OfflineMessage {
+        widget_id: k.widget_id,
+        user_token: k.user_token,
+        visitor: k.visitor,
+        session: Session::default(),
+        page: Page {
+            url: k.url.unwrap_or_default(),
+            title: None,
+        },
+        analytics: None,
+        chat_id: NumericId(chat_id),
+        message,
+        offline_message_id: plugin_api::lenient::ExternalId::Int(offline_message_id),
+    };
+    Ok(Some((k.channel_id, WebhookEvent::OfflineMessage(body))))
+}

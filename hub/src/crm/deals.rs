@@ -1,0 +1,286 @@
+//! `/crm/deals`: a client's deals moving through pipeline stages
+//! (`crm_deal` webhooks). A deal is closed (`closed_ts`) while it stands in a
+//! stage with a final status; a reject reason goes with unsuccessful stages.
+
+use http::{Method, Request};
+use hyper::body::Incoming;
+use plugin_api::crm::{CrmEvent, Deal, DealEvent, FinalStatus};
+use plugin_api::webhook::NumericId;
+use serde::Deserialize;
+use serde_json::{Number, json};
+
+use super::{
+    Answer, Change, CrmError, Query, body, created, invalid, is_update, long_text, nullable, ok,
+    path_id, title,
+};
+use crate::app::App;
+use crate::store::Agent;
+use crate::store::crm::deals::{self as store, DealFilter, DealInput};
+use crate::store::crm::{agent_exists, clients, pipelines};
+
+const MISSING: &str = "no such deal";
+
+pub(super) async fn route(
+    app: &App,
+    req: Request<Incoming>,
+    agent: &Agent,
+    rest: &[&str],
+) -> Answer {
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::GET, []) => {
+            let q = Query::of(&req);
+            let filter = DealFilter {
+                client_id: q.id("client_id")?,
+                pipeline_id: q.id("pipeline_id")?,
+                stage_id: q.id("pipeline_status_id")?,
+                assigned_agent_id: q.id("assigned_agent_id")?,
+            };
+            let mut conn = app.store.crm_reader().await?;
+            ok(&json!({ "deals": store::list(&mut conn, &filter).await? }))
+        }
+        (&Method::POST, []) => create(app, agent, body(app, req).await?).await,
+        (&Method::GET, [id]) => {
+            let id = path_id(id, MISSING)?;
+            let mut conn = app.store.crm_reader().await?;
+            ok(&store::get(&mut conn, id)
+                .await?
+                .ok_or(CrmError::NotFound(MISSING))?)
+        }
+        (m, [id]) if is_update(m) => {
+            let id = path_id(id, MISSING)?;
+            update(app, agent, id, body(app, req).await?).await
+        }
+        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
+        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
+        _ => Err(CrmError::NoEndpoint),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    client_id: NumericId,
+    title: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    amount: Option<Number>,
+    pipeline_id: NumericId,
+    /// The stage; the pipeline's first stage when absent.
+    #[serde(default)]
+    pipeline_status_id: Option<NumericId>,
+    #[serde(default)]
+    pipeline_reject_reason_id: Option<NumericId>,
+    /// The calling agent when absent; `null` for nobody.
+    #[serde(default, deserialize_with = "nullable")]
+    assigned_agent_id: Option<Option<NumericId>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    #[serde(default)]
+    client_id: Option<NumericId>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    amount: Option<Option<Number>>,
+    #[serde(default)]
+    pipeline_id: Option<NumericId>,
+    #[serde(default)]
+    pipeline_status_id: Option<NumericId>,
+    #[serde(default, deserialize_with = "nullable")]
+    pipeline_reject_reason_id: Option<Option<NumericId>>,
+    #[serde(default, deserialize_with = "nullable")]
+    assigned_agent_id: Option<Option<NumericId>>,
+}
+
+fn amount(value: Option<Number>) -> Result<Option<Number>, CrmError> {
+    match value {
+        Some(n) if n.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0) => Ok(Some(n)),
+        Some(n) => Err(invalid(format!(
+            "amount: expected a number of at least 0, got {n}"
+        ))),
+        None => Ok(None),
+    }
+}
+
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Deal, CrmError> {
+    store::get(change.conn(), id)
+        .await?
+        .ok_or(CrmError::NotFound(MISSING))
+}
+
+/// Checks the deal's references and works out `closed_ts`: set when the deal
+/// enters a final stage, kept while it stays there, cleared when it leaves.
+async fn settle(
+    change: &mut Change<'_>,
+    agent: &Agent,
+    deal: &mut DealInput,
+    before: Option<&DealInput>,
+) -> Result<(), CrmError> {
+    if before.is_none_or(|b| b.client_id != deal.client_id)
+        && clients::visible_channel(change.conn(), deal.client_id, &agent.email)
+            .await?
+            .is_none()
+    {
+        return Err(invalid(format!("client_id: no client {}", deal.client_id)));
+    }
+    if pipelines::get(change.conn(), deal.pipeline_id)
+        .await?
+        .is_none()
+    {
+        return Err(invalid(format!(
+            "pipeline_id: no pipeline {}",
+            deal.pipeline_id
+        )));
+    }
+    let Some(stage) = pipelines::stage(change.conn(), deal.stage_id).await? else {
+        return Err(invalid(format!(
+            "pipeline_status_id: no stage {}",
+            deal.stage_id
+        )));
+    };
+    if stage.pipeline_id != deal.pipeline_id {
+        return Err(invalid(format!(
+            "pipeline_status_id: stage {} is not in pipeline {}",
+            deal.stage_id, deal.pipeline_id
+        )));
+    }
+    if let Some(reason) = deal.reject_reason_id {
+        if stage.final_status != Some(FinalStatus::Unsuccessful) {
+            return Err(invalid(
+                "pipeline_reject_reason_id: only a deal in an unsuccessful stage has a reject reason",
+            ));
+        }
+        if pipelines::reason_pipeline(change.conn(), reason).await? != Some(deal.pipeline_id) {
+            return Err(invalid(format!(
+                "pipeline_reject_reason_id: {reason} is not a reject reason of pipeline {}",
+                deal.pipeline_id
+            )));
+        }
+    }
+    if let Some(a) = deal.assigned_agent_id
+        && !agent_exists(change.conn(), a).await?
+    {
+        return Err(invalid(format!("assigned_agent_id: no agent {a}")));
+    }
+    deal.closed_ts = match stage.final_status {
+        None => None,
+        Some(_) => match before {
+            Some(b) if b.stage_id == deal.stage_id && b.closed_ts.is_some() => b.closed_ts,
+            _ => Some(change.now_s()),
+        },
+    };
+    Ok(())
+}
+
+async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
+    let title = title("title", &body.title)?;
+    let text = long_text("text", body.text.as_deref().unwrap_or_default())?;
+    let amount = amount(body.amount)?;
+    let mut change = Change::begin(app).await?;
+    let pipeline_id = body.pipeline_id.0;
+    let stage_id = match body.pipeline_status_id {
+        Some(s) => s.0,
+        None => pipelines::first_stage(change.conn(), pipeline_id)
+            .await?
+            .ok_or_else(|| invalid(format!("pipeline_id: no pipeline {pipeline_id}")))?,
+    };
+    let mut input = DealInput {
+        client_id: body.client_id.0,
+        title,
+        text,
+        amount,
+        pipeline_id,
+        stage_id,
+        reject_reason_id: body.pipeline_reject_reason_id.map(|n| n.0),
+        assigned_agent_id: match body.assigned_agent_id {
+            Some(a) => a.map(|n| n.0),
+            None => Some(agent.id),
+        },
+        closed_ts: None,
+    };
+    settle(&mut change, agent, &mut input, None).await?;
+    let now = change.now_s();
+    let id = store::insert(change.conn(), &input, agent.id, now).await?;
+    let deal = read(&mut change, id).await?;
+    change
+        .crm(CrmEvent::CrmDeal(DealEvent::CreatedDeal(deal.clone())))
+        .await?;
+    change.commit().await?;
+    created(&deal)
+}
+
+async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
+    let new_title = body
+        .title
+        .as_deref()
+        .map(|t| title("title", t))
+        .transpose()?;
+    let new_text = body
+        .text
+        .as_deref()
+        .map(|t| long_text("text", t))
+        .transpose()?;
+    let new_amount = body.amount.map(amount).transpose()?;
+    let mut change = Change::begin(app).await?;
+    let before = DealInput::of(&read(&mut change, id).await?);
+    let mut deal = before.clone();
+    if let Some(c) = body.client_id {
+        deal.client_id = c.0;
+    }
+    if let Some(t) = new_title {
+        deal.title = t;
+    }
+    if let Some(t) = new_text {
+        deal.text = t;
+    }
+    if let Some(a) = new_amount {
+        deal.amount = a;
+    }
+    if let Some(p) = body.pipeline_id
+        && p.0 != deal.pipeline_id
+    {
+        deal.pipeline_id = p.0;
+        if body.pipeline_status_id.is_none() {
+            deal.stage_id = pipelines::first_stage(change.conn(), p.0)
+                .await?
+                .ok_or_else(|| invalid(format!("pipeline_id: no pipeline {}", p.0)))?;
+        }
+    }
+    if let Some(s) = body.pipeline_status_id {
+        deal.stage_id = s.0;
+    }
+    match body.pipeline_reject_reason_id {
+        Some(r) => deal.reject_reason_id = r.map(|n| n.0),
+        // Leaving the unsuccessful stage (or the pipeline) drops the reason.
+        None if deal.stage_id != before.stage_id => deal.reject_reason_id = None,
+        None => {}
+    }
+    if let Some(a) = body.assigned_agent_id {
+        deal.assigned_agent_id = a.map(|n| n.0);
+    }
+    settle(&mut change, agent, &mut deal, Some(&before)).await?;
+    store::update(change.conn(), id, &deal).await?;
+    let deal = read(&mut change, id).await?;
+    change
+        .crm(CrmEvent::CrmDeal(DealEvent::UpdatedDeal(deal.clone())))
+        .await?;
+    change.commit().await?;
+    ok(&deal)
+}
+
+async fn delete(app: &App, id: i64) -> Answer {
+    let mut change = Change::begin(app).await?;
+    let deal = read(&mut change, id).await?;
+    store::delete(change.conn(), id).await?;
+    change
+        .crm(CrmEvent::CrmDeal(DealEvent::DeletedDeal(deal.clone())))
+        .await?;
+    change.commit().await?;
+    ok(&deal)
+}

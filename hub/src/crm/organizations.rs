@@ -1,0 +1,110 @@
+//! `/crm/organizations`: the companies clients belong to. The spec's only
+//! `crm_organization` event is `created_organization`; renaming and deleting
+//! send nothing of their own, but a deletion changes the company of its
+//! clients, which is told per client (`changed_client_company` and
+//! `client_updated`).
+
+use http::{Method, Request};
+use hyper::body::Incoming;
+use plugin_api::crm::{
+    ClientEvent, CrmEvent, Organization, OrganizationCreated, OrganizationEvent,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Answer, Change, CrmError, body, created, is_update, ok, path_id, title};
+use crate::app::App;
+use crate::store::Agent;
+use crate::store::crm::{clients, organizations as store};
+
+const MISSING: &str = "no such organization";
+
+pub(super) async fn route(
+    app: &App,
+    req: Request<Incoming>,
+    _agent: &Agent,
+    rest: &[&str],
+) -> Answer {
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::GET, []) => {
+            let mut conn = app.store.crm_reader().await?;
+            ok(&json!({ "organizations": store::list(&mut conn).await? }))
+        }
+        (&Method::POST, []) => create(app, body(app, req).await?).await,
+        (&Method::GET, [id]) => {
+            let id = path_id(id, MISSING)?;
+            let mut conn = app.store.crm_reader().await?;
+            ok(&store::get(&mut conn, id)
+                .await?
+                .ok_or(CrmError::NotFound(MISSING))?)
+        }
+        (m, [id]) if is_update(m) => {
+            let id = path_id(id, MISSING)?;
+            update(app, id, body(app, req).await?).await
+        }
+        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
+        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
+        _ => Err(CrmError::NoEndpoint),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameBody {
+    name: String,
+}
+
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Organization, CrmError> {
+    store::get(change.conn(), id)
+        .await?
+        .ok_or(CrmError::NotFound(MISSING))
+}
+
+async fn create(app: &App, body: NameBody) -> Answer {
+    let name = title("name", &body.name)?;
+    let mut change = Change::begin(app).await?;
+    let now = change.now_ms();
+    let organization = store::insert(change.conn(), &name, now).await?;
+    change
+        .crm(CrmEvent::CrmOrganization(
+            OrganizationEvent::CreatedOrganization(OrganizationCreated {
+                organization_id: organization.organization_id,
+            }),
+        ))
+        .await?;
+    change.commit().await?;
+    created(&organization)
+}
+
+/// Renames an organization; no webhook (the spec has no such event).
+async fn update(app: &App, id: i64, body: NameBody) -> Answer {
+    let name = title("name", &body.name)?;
+    let mut change = Change::begin(app).await?;
+    read(&mut change, id).await?;
+    store::update(change.conn(), id, &name).await?;
+    let organization = read(&mut change, id).await?;
+    change.commit().await?;
+    ok(&organization)
+}
+
+/// Deletes an organization; its former clients belong to none, and each is
+/// told as a company change.
+async fn delete(app: &App, id: i64) -> Answer {
+    let mut change = Change::begin(app).await?;
+    let organization = read(&mut change, id).await?;
+    let members = store::delete(change.conn(), id).await?;
+    let now = change.now_s();
+    for client_id in members {
+        if let Some(client) = clients::get(change.conn(), client_id, now).await? {
+            change
+                .crm(CrmEvent::CrmClient(Box::new(
+                    ClientEvent::ChangedClientCompany(client),
+                )))
+                .await?;
+        }
+        change.client_updated(client_id).await?;
+    }
+    change.commit().await?;
+    ok(&organization)
+}

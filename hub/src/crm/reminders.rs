@@ -1,0 +1,103 @@
+//! Task reminders: sends `fired_task` once for each active task whose
+//! `notify_ts` has passed. Fired is recorded on the task in the transaction
+//! that queues the webhook, so a reminder fires once however often the hub
+//! restarts, and reminders that fell due while it was down fire at start.
+
+use std::time::Duration;
+
+use plugin_api::crm::{CrmEvent, TaskEvent};
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::config::CrmConfig;
+use crate::delivery::Kick;
+use crate::store::crm::tasks;
+use crate::store::{Store, StoreError};
+
+/// Longest sleep between looks for due reminders: tasks created or moved
+/// meanwhile are noticed within it.
+const POLL: Duration = Duration::from_secs(1);
+/// Reminders fired per transaction.
+const BATCH: i64 = 100;
+
+/// Runs until `shutdown` turns true (or its sender is gone).
+pub async fn run(store: Store, crm: CrmConfig, kick: Kick, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let wait = match fire_due(&store, &crm, &kick).await {
+            Ok(next) => until(next),
+            Err(e) => {
+                tracing::error!(error = %e, "task reminders failed; retrying");
+                POLL
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// How long to sleep before the reminder due at `next` (Unix seconds), at most [`POLL`].
+fn until(next: Option<i64>) -> Duration {
+    let Some(next) = next else { return POLL };
+    let left_ms = next.saturating_mul(1000).saturating_sub(now_ms());
+    u64::try_from(left_ms).map_or(Duration::ZERO, |ms| Duration::from_millis(ms).min(POLL))
+}
+
+/// Fires every due reminder; returns when the next one is due.
+async fn fire_due(store: &Store, crm: &CrmConfig, kick: &Kick) -> Result<Option<i64>, StoreError> {
+    loop {
+        let now = now_ms();
+        let mut w = store.begin_write().await?;
+        let due = tasks::due(&mut w.tx, now / 1000, BATCH).await?;
+        let mut fired = 0_usize;
+        for id in &due {
+            if !tasks::mark_fired(&mut w.tx, *id).await? {
+                continue;
+            }
+            if let Some(task) = tasks::get(&mut w.tx, *id).await? {
+                crate::webhooks::queue_crm(
+                    &mut w.tx,
+                    crm,
+                    CrmEvent::CrmTask(TaskEvent::FiredTask(task)),
+                    now,
+                )
+                .await?;
+                fired += 1;
+            }
+        }
+        let full = i64::try_from(due.len()).is_ok_and(|n| n >= BATCH);
+        let next = if full {
+            None
+        } else {
+            tasks::next_due(&mut w.tx).await?
+        };
+        w.commit().await?;
+        if fired > 0 {
+            tracing::debug!(fired, "task reminders fired");
+            kick.kick();
+        }
+        if !full {
+            return Ok(next);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleeps_at_most_a_poll() {
+        assert_eq!(until(None), POLL);
+        assert_eq!(until(Some(0)), Duration::ZERO);
+        assert_eq!(until(Some(i64::MAX / 2000)), POLL);
+    }
+}

@@ -1,0 +1,240 @@
+//! `/crm/tasks`: reminders for an agent about a client, maybe tied to one of
+//! the client's deals (`crm_task` webhooks). The reminder itself
+//! (`fired_task`) is sent by [`super::reminders`].
+
+use http::{Method, Request};
+use hyper::body::Incoming;
+use plugin_api::crm::{CrmEvent, Flag, Task, TaskEvent};
+use plugin_api::webhook::NumericId;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{
+    Answer, Change, CrmError, Query, body, created, invalid, is_update, long_text, nullable, ok,
+    path_id,
+};
+use crate::app::App;
+use crate::store::Agent;
+use crate::store::crm::tasks::{self as store, COMPLETED, TaskFilter, TaskInput};
+use crate::store::crm::{agent_exists, clients, deals};
+
+const MISSING: &str = "no such task";
+/// `notify_ts` above this is surely milliseconds, not the spec's seconds.
+const MAX_NOTIFY_TS: i64 = 100_000_000_000;
+
+pub(super) async fn route(
+    app: &App,
+    req: Request<Incoming>,
+    agent: &Agent,
+    rest: &[&str],
+) -> Answer {
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::GET, []) => {
+            let q = Query::of(&req);
+            let filter = TaskFilter {
+                client_id: q.id("client_id")?,
+                deal_id: q.id("deal_id")?,
+                agent_id: q.id("agent_id")?,
+                status: q.get("status").map(str::to_owned),
+            };
+            let mut conn = app.store.crm_reader().await?;
+            ok(&json!({ "tasks": store::list(&mut conn, &filter).await? }))
+        }
+        (&Method::POST, []) => create(app, agent, body(app, req).await?).await,
+        (&Method::GET, [id]) => {
+            let id = path_id(id, MISSING)?;
+            let mut conn = app.store.crm_reader().await?;
+            ok(&store::get(&mut conn, id)
+                .await?
+                .ok_or(CrmError::NotFound(MISSING))?)
+        }
+        (m, [id]) if is_update(m) => {
+            let id = path_id(id, MISSING)?;
+            update(app, agent, id, body(app, req).await?).await
+        }
+        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
+        (&Method::POST, [id, "complete"]) => complete(app, path_id(id, MISSING)?).await,
+        (_, [] | [_] | [_, "complete"]) => Err(CrmError::MethodNotAllowed),
+        _ => Err(CrmError::NoEndpoint),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    text: String,
+    client_id: NumericId,
+    /// Unix seconds of the reminder.
+    notify_ts: NumericId,
+    /// The calling agent when absent.
+    #[serde(default)]
+    agent_id: Option<NumericId>,
+    #[serde(default)]
+    deal_id: Option<NumericId>,
+    /// `true`/`false` or `1`/`0`; on when absent.
+    #[serde(default)]
+    show_notification: Option<Flag>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    client_id: Option<NumericId>,
+    #[serde(default)]
+    notify_ts: Option<NumericId>,
+    #[serde(default)]
+    agent_id: Option<NumericId>,
+    #[serde(default, deserialize_with = "nullable")]
+    deal_id: Option<Option<NumericId>>,
+    #[serde(default)]
+    show_notification: Option<Flag>,
+}
+
+fn task_text(value: &str) -> Result<String, CrmError> {
+    let text = long_text("text", value.trim())?;
+    if text.is_empty() {
+        return Err(invalid("text: must not be empty"));
+    }
+    Ok(text)
+}
+
+fn notify_ts(value: NumericId) -> Result<i64, CrmError> {
+    let value = value.0;
+    if value <= 0 || value >= MAX_NOTIFY_TS {
+        return Err(invalid(format!(
+            "notify_ts: expected Unix seconds, got {value}"
+        )));
+    }
+    Ok(value)
+}
+
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Task, CrmError> {
+    store::get(change.conn(), id)
+        .await?
+        .ok_or(CrmError::NotFound(MISSING))
+}
+
+/// Checks the task's client (on the agent's channels, when it changes), its
+/// agent, and that its deal is one of the client's.
+async fn check(
+    change: &mut Change<'_>,
+    agent: &Agent,
+    task: &TaskInput,
+    before: Option<&TaskInput>,
+) -> Result<(), CrmError> {
+    if before.is_none_or(|b| b.client_id != task.client_id)
+        && clients::visible_channel(change.conn(), task.client_id, &agent.email)
+            .await?
+            .is_none()
+    {
+        return Err(invalid(format!("client_id: no client {}", task.client_id)));
+    }
+    if !agent_exists(change.conn(), task.agent_id).await? {
+        return Err(invalid(format!("agent_id: no agent {}", task.agent_id)));
+    }
+    if let Some(deal_id) = task.deal_id {
+        match deals::get(change.conn(), deal_id).await? {
+            Some(d) if d.client.client_id.0 == task.client_id => {}
+            Some(_) => {
+                return Err(invalid(format!(
+                    "deal_id: deal {deal_id} belongs to another client"
+                )));
+            }
+            None => return Err(invalid(format!("deal_id: no deal {deal_id}"))),
+        }
+    }
+    Ok(())
+}
+
+async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
+    let input = TaskInput {
+        text: task_text(&body.text)?,
+        agent_id: body.agent_id.map_or(agent.id, |n| n.0),
+        client_id: body.client_id.0,
+        deal_id: body.deal_id.map(|n| n.0),
+        notify_ts: notify_ts(body.notify_ts)?,
+        show_notification: body.show_notification.is_none_or(|f| f.0),
+    };
+    let mut change = Change::begin(app).await?;
+    check(&mut change, agent, &input, None).await?;
+    let now = change.now_s();
+    let id = store::insert(change.conn(), &input, agent.id, now).await?;
+    let task = read(&mut change, id).await?;
+    change
+        .crm(CrmEvent::CrmTask(TaskEvent::CreatedTask(task.clone())))
+        .await?;
+    change.commit().await?;
+    created(&task)
+}
+
+async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
+    let new_text = body.text.as_deref().map(task_text).transpose()?;
+    let new_notify = body.notify_ts.map(notify_ts).transpose()?;
+    let mut change = Change::begin(app).await?;
+    let before = TaskInput::of(&read(&mut change, id).await?);
+    let mut task = before.clone();
+    if let Some(t) = new_text {
+        task.text = t;
+    }
+    if let Some(c) = body.client_id {
+        task.client_id = c.0;
+        // A deal belongs to one client; moving the task leaves it behind.
+        if c.0 != before.client_id && body.deal_id.is_none() {
+            task.deal_id = None;
+        }
+    }
+    if let Some(n) = new_notify {
+        task.notify_ts = n;
+    }
+    if let Some(a) = body.agent_id {
+        task.agent_id = a.0;
+    }
+    if let Some(d) = body.deal_id {
+        task.deal_id = d.map(|n| n.0);
+    }
+    if let Some(f) = body.show_notification {
+        task.show_notification = f.0;
+    }
+    check(&mut change, agent, &task, Some(&before)).await?;
+    let now = change.now_s();
+    store::update(change.conn(), id, &task, now).await?;
+    let task = read(&mut change, id).await?;
+    change
+        .crm(CrmEvent::CrmTask(TaskEvent::UpdatedTask(task.clone())))
+        .await?;
+    change.commit().await?;
+    ok(&task)
+}
+
+async fn complete(app: &App, id: i64) -> Answer {
+    let mut change = Change::begin(app).await?;
+    let task = read(&mut change, id).await?;
+    if task.status == COMPLETED {
+        return Err(CrmError::Conflict(
+            "the task is already completed".to_owned(),
+        ));
+    }
+    let now = change.now_s();
+    store::complete(change.conn(), id, now).await?;
+    let task = read(&mut change, id).await?;
+    change
+        .crm(CrmEvent::CrmTask(TaskEvent::CompletedTask(task.clone())))
+        .await?;
+    change.commit().await?;
+    ok(&task)
+}
+
+async fn delete(app: &App, id: i64) -> Answer {
+    let mut change = Change::begin(app).await?;
+    let task = read(&mut change, id).await?;
+    store::delete(change.conn(), id).await?;
+    change
+        .crm(CrmEvent::CrmTask(TaskEvent::DeletedTask(task.clone())))
+        .await?;
+    change.commit().await?;
+    ok(&task)
+}

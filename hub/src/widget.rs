@@ -1,0 +1,62 @@
+//! The widget's HTTP edge. Today: the offline form (`sendOfflineMessage`),
+//! answering `{result: ok}` or `{result: fail, error}` as the spec's method does.
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use crate::app::App;
+use crate::conversations::CoreError;
+use crate::offline::OfflineForm;
+use crate::web::{Resp, json, method_not_allowed, read_body};
+
+/// Routes `/widget/v1/<public_id>/...`.
+pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
+    match (req.method().clone(), rest) {
+        (Method::POST, [public_id, "offline-messages"]) => {
+            offline_message(app, req, public_id).await
+        }
+        (_, [_, "offline-messages"]) => method_not_allowed(),
+        _ => fail(StatusCode::NOT_FOUND, "no such endpoint"),
+    }
+}
+
+fn fail(status: StatusCode, error: impl Into<String>) -> Resp {
+    json(status, &json!({ "result": "fail", "error": error.into() }))
+}
+
+async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> Resp {
+    let channel = match app.store.channel_by_public_id(public_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return fail(StatusCode::NOT_FOUND, "no such widget"),
+        Err(e) => {
+            tracing::error!(error = %e, "channel lookup failed");
+            return fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily unavailable, retry",
+            );
+        }
+    };
+    let body = match read_body(req, app.config.server.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return fail(e.status(), e.reason()),
+    };
+    let form: OfflineForm = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
+    };
+    match app.conversations.offline_message(&channel, form).await {
+        Ok(id) => json(
+            StatusCode::OK,
+            &json!({ "result": "ok", "offline_message_id": id }),
+        ),
+        Err(CoreError::Invalid(reason)) => fail(StatusCode::BAD_REQUEST, reason),
+        Err(e) => {
+            tracing::error!(error = %e, "offline message not stored");
+            fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily unavailable, retry",
+            )
+        }
+    }
+}
