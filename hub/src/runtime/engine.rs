@@ -22,7 +22,7 @@ const MEMORIES_PER_PLUGIN: u32 = 2;
 const TABLES_PER_PLUGIN: u32 = 16;
 /// Low bytes of each pooled memory kept resident between calls; covers a Rust
 /// guest's stack, data and the start of its heap.
-const KEEP_RESIDENT: usize = 4 << 20;
+const KEEP_RESIDENT: usize = 1 << 20;
 
 /// Builds the engine: component model, async calls, epoch interruption,
 /// Cranelift, and a pooling allocator with copy-on-write memory images sized
