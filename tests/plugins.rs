@@ -588,3 +588,80 @@ async fn the_admin_api_lists_plugins_routes_and_counters() {
     assert_eq!(v["routes"][0]["plugins"][0], "redact");
     s.hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn crm_enrich_answers_chat_accepted_in_place_of_the_integrator() {
+    let crm = Integrator::start().await;
+    crm.set_default(Reply::json(
+        200,
+        r#"{"custom_data":[{"title":"Plan","content":"Gold"}],"crm_link":"https://crm.example.com/c/12"}"#,
+    ));
+    let wiring = format!(
+        "[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n\n",
+        crm.url
+    ) + &plugin_toml(
+        "crm-enrich",
+        "crm_enrich",
+        "destinations = [\"crm\"]\ntimeout_ms = 2000",
+        "lookup = \"crm\"",
+    ) + &route_toml("\"webhook.chat_accepted\"", "\"crm-enrich\"", "skip");
+    let s = Setup::start(wiring).await;
+    // The channel has a webhook receiver; the plugin answers before it is called.
+    let receiver = Integrator::start().await;
+    let resp = s
+        .hub
+        .http
+        .put(
+            s.hub
+                .url(&format!("/admin/v1/channels/{}/webhook", s.web.public_id)),
+        )
+        .bearer_auth(support::ADMIN_TOKEN)
+        .json(&json!({ "url": receiver.url }))
+        .send()
+        .await
+        .expect("set webhook");
+    assert_eq!(resp.status(), 200);
+
+    s.hub.say(&s.web, json!(12), "hello").await;
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat");
+    let (status, _) = s
+        .ann
+        .post(&format!("/agent/v1/chats/{chat}/accept"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let view = eventually(WAIT, "the integration data", || async {
+        let view = s.ann.chat(chat).await;
+        view["integration"]["crm_link"].is_string().then_some(view)
+    })
+    .await;
+    assert_eq!(view["integration"]["custom_data"][0]["content"], "Gold");
+    assert_eq!(
+        view["integration"]["crm_link"],
+        "https://crm.example.com/c/12"
+    );
+    assert_eq!(view["integration"]["enable_assign"], true);
+    assert_eq!(crm.requests()[0].json()["visitor"]["number"], "1");
+    assert!(
+        receiver
+            .requests()
+            .iter()
+            .all(|r| r.json()["event_name"] != "chat_accepted"),
+        "the receiver was asked although the plugin answered"
+    );
+
+    // The agent links the chat to the card: chat_assigned reaches the receiver.
+    let (status, v) = s
+        .ann
+        .post(&format!("/agent/v1/chats/{chat}/crm-link"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let got = receiver.wait_for(1, WAIT).await;
+    let assigned = got
+        .iter()
+        .map(|r| r.json())
+        .find(|b| b["event_name"] == "chat_assigned")
+        .expect("chat_assigned");
+    assert_eq!(assigned["assign_to"], "https://crm.example.com/c/12");
+    assert_eq!(assigned["chat_id"], chat);
+    s.hub.shutdown().await;
+}
