@@ -37,8 +37,11 @@ fn plugins_dir() -> PathBuf {
     root.join("target/plugins/wasm32-wasip2/release")
 }
 
-/// A configuration whose one route runs `chain` (plugin names) on customer messages.
-fn wiring_toml(dir: &Path, chain: &[(&str, &str, &str)]) -> String {
+/// One plugin of a chain: its name, the `.wasm` it loads and its config table.
+type Link<'a> = (&'a str, &'a str, &'a str);
+
+/// A configuration whose one route runs `chain` on customer messages.
+fn wiring_toml(dir: &Path, chain: &[Link<'_>]) -> String {
     let mut text = String::new();
     for (name, wasm, config) in chain {
         text += &format!(
@@ -141,7 +144,7 @@ async fn main() {
 
     let noop = ("noop", "fault", "fault = \"none\"");
     let redact = ("redact", "redact", "");
-    let runs: [(&str, Vec<(&str, &str, &str)>); 5] = [
+    let runs: [(&str, Vec<Link<'_>>); 5] = [
         ("0 plugins", vec![]),
         ("1 plugin (no-op)", vec![noop]),
         (

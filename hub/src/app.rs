@@ -108,6 +108,7 @@ pub struct Running {
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     deliverer: JoinHandle<()>,
+    reminders: JoinHandle<()>,
 }
 
 impl Running {
@@ -149,6 +150,9 @@ impl Running {
         }
         if let Err(e) = self.deliverer.await {
             tracing::error!(error = %e, "deliverer task failed");
+        }
+        if let Err(e) = self.reminders.await {
+            tracing::error!(error = %e, "task reminder scheduler failed");
         }
         self.store.close().await;
         tracing::info!("stopped");
@@ -225,6 +229,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
     });
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));
+    let reminders = tokio::spawn(crate::crm::reminders::run(
+        store.clone(),
+        app.config.crm.clone(),
+        app.kick.clone(),
+        shutdown.clone(),
+    ));
     let server = tokio::spawn(crate::server::serve(listener, app, shutdown, grace));
     tracing::info!(%addr, base = %base, "listening");
     Ok(Running {
@@ -237,5 +247,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop,
         server,
         deliverer,
+        reminders,
     })
 }

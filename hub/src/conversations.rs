@@ -208,11 +208,11 @@ impl Conversations {
                 ),
             }
         }
-        if let (Some(reply), Some(chat)) = (reply, &chat) {
-            if let Err(e) = self.auto_reply(chat, &client, reply).await {
-                // The customer's message is stored either way; only the answer is lost.
-                tracing::warn!(error = %e, "a plugin's reply was not sent");
-            }
+        if let (Some(reply), Some(chat)) = (reply, &chat)
+            && let Err(e) = self.auto_reply(chat, &client, reply).await
+        {
+            // The customer's message is stored either way; only the answer is lost.
+            tracing::warn!(error = %e, "a plugin's reply was not sent");
         }
         Ok(Ingested::Stored {
             chat_id: chat.map(|c| c.id),
@@ -677,7 +677,7 @@ impl Finisher for Conversations {
             };
             let now = now_ms();
             let mut w = self.store.begin_write().await?;
-            finish(&mut w.tx, &row.id, outbox_state, error, now).await?;
+            finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
             if let Some(answer) = answer {
                 set_response(&mut w.tx, &row.id, answer).await?;
             }

@@ -383,6 +383,8 @@ pub struct Reply {
     pub status: u16,
     pub body: String,
     pub delay: Duration,
+    /// The answer's Content-Type.
+    pub content_type: &'static str,
 }
 
 impl Reply {
@@ -394,10 +396,16 @@ impl Reply {
             status,
             body: body.to_owned(),
             delay: Duration::ZERO,
+            content_type: "application/json",
         }
     }
     pub fn delayed(mut self, delay: Duration) -> Reply {
         self.delay = delay;
+        self
+    }
+    /// The same answer under another Content-Type (receivers get it wrong).
+    pub fn with_content_type(mut self, content_type: &'static str) -> Reply {
+        self.content_type = content_type;
         self
     }
 }
@@ -504,7 +512,7 @@ impl Integrator {
         *resp.status_mut() = http::StatusCode::from_u16(reply.status).expect("status");
         resp.headers_mut().insert(
             "content-type",
-            http::HeaderValue::from_static("application/json"),
+            http::HeaderValue::from_static(reply.content_type),
         );
         resp
     }

@@ -254,23 +254,28 @@ impl Deliverer {
             .sender
             .send(row, attempt_no, policy.timeout, &headers)
             .await;
+        // A final result counts the attempt that ended it.
+        let tried = Claimed {
+            attempts: attempt_no,
+            ..row.clone()
+        };
         match outcome {
             Attempt::Delivered(answer) => {
                 tracing::info!(attempt = attempt_no, "delivered");
                 let answer = Some(String::from_utf8_lossy(&answer).into_owned());
                 self.finisher
-                    .finish(row, &Final::Delivered { answer })
+                    .finish(&tried, &Final::Delivered { answer })
                     .await
             }
             Attempt::Rejected(reason) => {
                 tracing::warn!(attempt = attempt_no, %reason, "rejected by the receiver");
-                self.finisher.finish(row, &Final::Failed(reason)).await
+                self.finisher.finish(&tried, &Final::Failed(reason)).await
             }
             Attempt::Transient(reason) if attempt_no >= max && row.message_id.is_none() => {
                 // No message waits for this result (typing): waiting for the
                 // give-up time would only hold up the rest of the chat's queue.
                 tracing::warn!(attempt = attempt_no, %reason, "delivery failed for good");
-                self.finisher.finish(row, &Final::Failed(reason)).await
+                self.finisher.finish(&tried, &Final::Failed(reason)).await
             }
             Attempt::Transient(reason) => {
                 let give_up_at = row

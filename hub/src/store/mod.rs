@@ -93,6 +93,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/sqlite/0003_webhooks_crm.sql"),
     ),
+    (
+        4,
+        include_str!("../../migrations/sqlite/0004_crm_indexes.sql"),
+    ),
 ];
 
 impl Store {

@@ -156,21 +156,23 @@ pub async fn enqueue(
     Ok(())
 }
 
-/// Marks a row finished for good.
+/// Marks a row finished for good; `attempts` is how many HTTP attempts it had.
 pub async fn finish(
     conn: &mut AnyConnection,
     id: &str,
     state: OutboxState,
     error: Option<&str>,
+    attempts: i64,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE outbox SET state = $1, last_error = COALESCE($2, last_error), lease_until = NULL, \
-         finished_at = $3 WHERE id = $4",
+         finished_at = $3, attempts = $4 WHERE id = $5",
     )
     .bind(state.as_str())
     .bind(error)
     .bind(now)
+    .bind(attempts)
     .bind(id)
     .execute(conn)
     .await

@@ -71,8 +71,13 @@ pub async fn queue(
         target_url: to.url.clone().unwrap_or_default(),
         body: event.payload.to_string(),
         chunked: false,
-        // A chat's webhooks reach the receiver in the order they happened.
-        order_key: event.chat_id.map(|c| format!("webhook:chat:{c}")),
+        // A chat's webhooks reach the receiver in the order they happened;
+        // so do CRM webhooks (a retried created_* must not follow its updated_*).
+        order_key: if event.kind.as_str().starts_with(CRM_PREFIX) {
+            Some("crm".to_owned())
+        } else {
+            event.chat_id.map(|c| format!("webhook:chat:{c}"))
+        },
         message_id: None,
         chat_id: event.chat_id,
         staged: true,

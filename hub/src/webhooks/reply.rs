@@ -63,9 +63,14 @@ pub fn host_of(url: &str) -> Option<&str> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))?;
-    let authority = rest.split(['/', '?', '#']).next()?;
+    // Browsers read `\` as `/` in http(s) URLs: `http://a\@b/` goes to `a`.
+    let authority = rest.split(['/', '?', '#', '\\']).next()?;
     let host = authority.rsplit('@').next()?;
-    let host = host.split(':').next()?;
+    let host = match host.find(']') {
+        // An IPv6 literal, brackets included: `[2001:db8::1]`.
+        Some(end) if host.starts_with('[') => &host[..=end],
+        _ => host.split(':').next()?,
+    };
     (!host.is_empty()).then_some(host)
 }
 
@@ -140,5 +145,10 @@ mod tests {
         assert_eq!(host_of("https://a.example:8080/p?q"), Some("a.example"));
         assert_eq!(host_of("http://u:p@b.example/"), Some("b.example"));
         assert_eq!(host_of("ftp://c"), None);
+        assert_eq!(
+            host_of("http://evil.example\\@b.example/"),
+            Some("evil.example")
+        );
+        assert_eq!(host_of("http://[2001:db8::1]:8080/"), Some("[2001:db8::1]"));
     }
 }
