@@ -588,3 +588,25 @@ async fn two_agents_taking_a_chat_at_once_do_not_both_win() {
     }
     office.hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_hub_serves_its_openapi_document() {
+    let hub = TestHub::start().await;
+    let resp = hub
+        .http
+        .get(hub.url("/openapi.json"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 200);
+    let doc: Value = resp.json().await.expect("JSON");
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    for path in [
+        "/agent/v1/chats/{id}",
+        "/admin/v1/deliveries",
+        "/agent/v1/crm/deals",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
+    }
+    hub.shutdown().await;
+}

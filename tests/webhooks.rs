@@ -402,6 +402,29 @@ async fn chat_finished_carries_the_log_as_messages_plain_text_and_escaped_html()
 }
 
 #[tokio::test]
+async fn chat_finished_says_when_the_client_was_blocked() {
+    let d = Desk::open().await;
+    let chat = d.customer_says(json!({ "id": 6 }), "spam").await;
+    let client = d.chat_view(chat).await["client"]["id"]
+        .as_i64()
+        .expect("client id");
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/crm/clients/{client}/blacklist"),
+            Some(json!({ "blocked": true })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    d.close(chat).await;
+    let e = d.event("chat_finished").await;
+    assert_eq!(e["chat"]["blacklisted"], true);
+    assert!(e["agents"].as_array().is_some_and(Vec::is_empty), "{e}");
+    d.stop().await;
+}
+
+#[tokio::test]
 async fn client_attribute_updated_sends_all_attributes_of_the_client() {
     let d = Desk::open().await;
     let chat = d.customer_says(json!({ "id": 11 }), "hi").await;

@@ -62,6 +62,9 @@ pub async fn serve(
     }
 }
 
+/// The agent, admin and widget APIs as an OpenAPI document.
+const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
 /// Sends a request to the edge that owns its path.
 pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
     let path = req.uri().path().to_owned();
@@ -69,6 +72,14 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
     match parts.as_slice() {
         ["healthz"] => match *req.method() {
             Method::GET | Method::HEAD => text(StatusCode::OK, "ok"),
+            _ => method_not_allowed(),
+        },
+        ["openapi.json"] => match *req.method() {
+            Method::GET => crate::web::with_type(
+                StatusCode::OK,
+                "application/json",
+                crate::web::full(OPENAPI),
+            ),
             _ => method_not_allowed(),
         },
         ["metrics"] => match *req.method() {

@@ -16,7 +16,7 @@ pub struct WebhooksConfig {
     #[serde(default = "default_sync_interval_ms")]
     pub sync_retry_interval_ms: u64,
     /// Every other event webhook and every CRM webhook: retried with backoff
-    /// (by default for about 9 hours), then kept as dead letters.
+    /// (with the defaults, the last attempt starts about 11 hours after the first), then kept as dead letters.
     #[serde(default = "default_attempts")]
     pub attempts: u32,
     #[serde(default = "default_timeout_ms")]
