@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 # and bots are loopback HTTP servers: nothing else to install.
 ./scripts/build-plugins.sh
 ./scripts/test-plugins.sh
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -835,7 +835,8 @@ async fn client_changes_also_send_client_updated() {
         crm_events(&o.crm, name, 1).await;
     }
 
-    // Profile, tag and blacklist changes are the CRM's alone.
+    // Profile and blacklist changes are the CRM's alone; tags are part of
+    // client_updated, so a change of tags is told to both receivers.
     let (_, tag) = crm(ann, Method::POST, "tags", json!({"title": "vip"})).await;
     for (path, body) in [
         ("", json!({"description": "x"})),
@@ -846,6 +847,13 @@ async fn client_changes_also_send_client_updated() {
         assert_eq!(status, 200, "{path}: {v}");
     }
     crm_events(&o.crm, "changed_client_blacklist", 1).await;
+    let updates = client_updates(&o.events, 5).await;
+    assert_eq!(
+        updates.len(),
+        5,
+        "profile and blacklist changes sent client_updated"
+    );
+    assert_eq!(updates[4]["tags"][0]["title"], "vip");
     // Deleting the organization takes John out of it: told to both receivers.
     let (status, _) = crm(
         ann,
@@ -855,9 +863,9 @@ async fn client_changes_also_send_client_updated() {
     )
     .await;
     assert_eq!(status, 200);
-    let updates = client_updates(&o.events, 5).await;
-    assert_eq!(updates.len(), 5);
-    assert_eq!(updates[4]["organization"], Value::Null);
+    let updates = client_updates(&o.events, 6).await;
+    assert_eq!(updates.len(), 6);
+    assert_eq!(updates[5]["organization"], Value::Null);
     crm_events(&o.crm, "changed_client_company", 2).await;
 
     o.hub.shutdown().await;

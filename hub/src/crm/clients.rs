@@ -592,5 +592,6 @@ async fn set_tags(app: &App, agent: &Agent, id: i64, body: TagsBody) -> Answer {
     let mut change = open(app, agent, id).await?;
     check_tags(&mut change, &ids).await?;
     tags::set_of_client(change.conn(), id, &ids).await?;
-    finish(change, id, ClientEvent::UpdatedClient, false).await
+    // `client_updated` carries the tags, so the integrator hears of it too.
+    finish(change, id, ClientEvent::UpdatedClient, true).await
 }
