@@ -3,7 +3,8 @@
 //! `Pipeline::run` every event crosses. Prints p50/p99 per event, the cost per
 //! plugin, and events/s with all cores busy.
 //! Run: `cargo bench -p hub --bench plugins`. Environment: BENCH_EVENTS
-//! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs).
+//! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs),
+//! BENCH_SLOTS (default 64, the runtime's pooled instances).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,8 +114,18 @@ async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figure
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // As in the hub's own `main`: no backtrace per plugin call (see there).
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: before the runtime starts, no other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+    tokio::runtime::Runtime::new()
+        .expect("tokio runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
     let events = env_or("BENCH_EVENTS", 20_000) as usize;
     let tasks = env_or("BENCH_TASKS", 2).max(1) as usize;
     let plugins = plugins_dir();
@@ -139,7 +150,8 @@ async fn main() {
     )
     .await
     .expect("channel");
-    let runtime = Runtime::new(tmp.path().join("cache"), 64).expect("runtime");
+    let slots = env_or("BENCH_SLOTS", 64) as u32;
+    let runtime = Runtime::new(tmp.path().join("cache"), slots).expect("runtime");
     let sender = HttpSender::new().expect("http client");
 
     let noop = ("noop", "fault", "fault = \"none\"");

@@ -53,6 +53,12 @@ pub fn build(slots: u32) -> wasmtime::Result<Engine> {
         .strategy(Strategy::Cranelift)
         .cranelift_opt_level(OptLevel::Speed)
         .memory_init_cow(true)
+        // Each pooled memory reserves only what a plugin may use, not the
+        // default 4 GiB: the pool stays a few dozen GiB of address space, so
+        // the hub starts where virtual memory is limited. Cranelift adds
+        // explicit bounds checks in exchange.
+        .memory_reservation((MAX_PLUGIN_MEMORY_MB as u64) << 20)
+        .memory_guard_size(64 << 10)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config)
 }
