@@ -412,11 +412,10 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     let now_s = change.now_s();
     let answer = answer(change.conn(), id, now_s).await?;
     change
-        .crm(CrmEvent::CrmClient(Box::new(ClientEvent::CreatedClient(
+        .commit_with(CrmEvent::CrmClient(Box::new(ClientEvent::CreatedClient(
             answer.client.clone(),
         ))))
         .await?;
-    change.commit().await?;
     created(&answer)
 }
 
@@ -482,11 +481,10 @@ async fn delete(app: &App, agent: &Agent, id: i64) -> Answer {
     }
     store::delete(change.conn(), id).await?;
     change
-        .crm(CrmEvent::CrmClient(Box::new(ClientEvent::DeletedClient(
+        .commit_with(CrmEvent::CrmClient(Box::new(ClientEvent::DeletedClient(
             answer.client.clone(),
         ))))
         .await?;
-    change.commit().await?;
     ok(&answer)
 }
 

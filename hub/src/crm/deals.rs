@@ -2,16 +2,16 @@
 //! (`crm_deal` webhooks). A deal is closed (`closed_ts`) while it stands in a
 //! stage with a final status; a reject reason goes with unsuccessful stages.
 
-use http::{Method, Request};
+use http::Request;
 use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, Deal, DealEvent, FinalStatus};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
-use serde_json::{Number, json};
+use serde_json::Number;
 
 use super::{
-    Answer, Change, CrmError, Query, body, created, invalid, is_update, long_text, nullable, ok,
-    path_id, title,
+    Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
+    nullable, ok, remove, show, title,
 };
 use crate::app::App;
 use crate::store::Agent;
@@ -26,9 +26,8 @@ pub(super) async fn route(
     agent: &Agent,
     rest: &[&str],
 ) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::GET, []) => {
+    match crud(req.method(), rest, MISSING)? {
+        Crud::List => {
             let q = Query::of(&req);
             let filter = DealFilter {
                 client_id: q.id("client_id")?,
@@ -36,24 +35,17 @@ pub(super) async fn route(
                 stage_id: q.id("pipeline_status_id")?,
                 assigned_agent_id: q.id("assigned_agent_id")?,
             };
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "deals": store::list(&mut conn, &filter).await? }))
+            list_all(app, "deals", async |conn| store::list(conn, &filter).await).await
         }
-        (&Method::POST, []) => create(app, agent, body(app, req).await?).await,
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
+        Crud::Create => create(app, agent, body(app, req).await?).await,
+        Crud::Show(id) => show(app, id, MISSING, store::get).await,
+        Crud::Update(id) => update(app, agent, id, body(app, req).await?).await,
+        Crud::Delete(id) => {
+            remove(app, id, MISSING, store::get, store::delete, |d| {
+                CrmEvent::CrmDeal(DealEvent::DeletedDeal(d))
+            })
+            .await
         }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, agent, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
-        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
     }
 }
 
@@ -109,9 +101,7 @@ fn amount(value: Option<Number>) -> Result<Option<Number>, CrmError> {
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Deal, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 /// Checks the deal's references and works out `closed_ts`: set when the deal
@@ -209,9 +199,8 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     let id = store::insert(change.conn(), &input, agent.id, now).await?;
     let deal = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmDeal(DealEvent::CreatedDeal(deal.clone())))
+        .commit_with(CrmEvent::CrmDeal(DealEvent::CreatedDeal(deal.clone())))
         .await?;
-    change.commit().await?;
     created(&deal)
 }
 
@@ -268,19 +257,7 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     store::update(change.conn(), id, &deal).await?;
     let deal = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmDeal(DealEvent::UpdatedDeal(deal.clone())))
+        .commit_with(CrmEvent::CrmDeal(DealEvent::UpdatedDeal(deal.clone())))
         .await?;
-    change.commit().await?;
-    ok(&deal)
-}
-
-async fn delete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
-    let deal = read(&mut change, id).await?;
-    store::delete(change.conn(), id).await?;
-    change
-        .crm(CrmEvent::CrmDeal(DealEvent::DeletedDeal(deal.clone())))
-        .await?;
-    change.commit().await?;
     ok(&deal)
 }

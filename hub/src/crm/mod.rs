@@ -15,10 +15,11 @@ mod tags;
 mod tasks;
 
 use http::{Method, Request, StatusCode};
-use hyper::body::Incoming;
+use hyper::body::{Bytes, Incoming};
 use plugin_api::crm::CrmEvent;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+use serde_json::json;
 use sqlx::AnyConnection;
 
 use crate::app::App;
@@ -110,6 +111,80 @@ pub(crate) fn path_id(segment: &str, missing: &'static str) -> Result<i64, CrmEr
         .ok_or(CrmError::NotFound(missing))
 }
 
+/// What a request to an entity's collection (`/` or `/{id}`) asks for. Each
+/// entity matches its own extra paths first and leaves these to [`crud`].
+pub(crate) enum Crud {
+    List,
+    Create,
+    Show(i64),
+    Update(i64),
+    Delete(i64),
+}
+
+/// Routes the collection paths every entity shares: `GET`/`POST` on `/`,
+/// `GET`, `PUT`/`PATCH` and `DELETE` on `/{id}` (an id that is not one is the
+/// 404 `missing`); another method there is 405, any other path 404.
+pub(crate) fn crud(
+    method: &Method,
+    rest: &[&str],
+    missing: &'static str,
+) -> Result<Crud, CrmError> {
+    match (method, rest) {
+        (&Method::GET, []) => Ok(Crud::List),
+        (&Method::POST, []) => Ok(Crud::Create),
+        (&Method::GET, [id]) => path_id(id, missing).map(Crud::Show),
+        (m, [id]) if is_update(m) => path_id(id, missing).map(Crud::Update),
+        (&Method::DELETE, [id]) => path_id(id, missing).map(Crud::Delete),
+        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
+        _ => Err(CrmError::NoEndpoint),
+    }
+}
+
+/// Turns a store read's "none" into the entity's 404.
+pub(crate) fn found<T>(value: Option<T>, missing: &'static str) -> Result<T, CrmError> {
+    value.ok_or(CrmError::NotFound(missing))
+}
+
+/// `GET` of a whole collection, answered as `{ key: [...] }`. The store's
+/// `list` is passed in so each entity names only its key and its reader.
+pub(crate) async fn list_all<T: serde::Serialize>(
+    app: &App,
+    key: &str,
+    list: impl AsyncFnOnce(&mut AnyConnection) -> Result<Vec<T>, StoreError>,
+) -> Answer {
+    let mut conn = app.store.crm_reader().await?;
+    let items = list(&mut conn).await?;
+    ok(&json!({ key: items }))
+}
+
+/// `GET /{id}`: the entity, or the 404 `missing`.
+pub(crate) async fn show<T: serde::Serialize>(
+    app: &App,
+    id: i64,
+    missing: &'static str,
+    get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
+) -> Answer {
+    let mut conn = app.store.crm_reader().await?;
+    ok(&found(get(&mut conn, id).await?, missing)?)
+}
+
+/// Deletes an entity that needs nothing but its one webhook, which carries
+/// the entity as it was; answers with that same entity.
+pub(crate) async fn remove<T: serde::Serialize + Clone>(
+    app: &App,
+    id: i64,
+    missing: &'static str,
+    get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
+    delete: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<(), StoreError>,
+    event: fn(T) -> CrmEvent,
+) -> Answer {
+    let mut change = Change::begin(app).await?;
+    let gone = change.find(get, id, missing).await?;
+    delete(change.conn(), id).await?;
+    change.commit_with(event(gone.clone())).await?;
+    ok(&gone)
+}
+
 /// PUT and PATCH both change the fields they carry.
 pub(crate) fn is_update(method: &Method) -> bool {
     *method == Method::PUT || *method == Method::PATCH
@@ -120,10 +195,7 @@ pub(crate) async fn body<T: DeserializeOwned>(
     app: &App,
     req: Request<Incoming>,
 ) -> Result<T, CrmError> {
-    let bytes = read_body(req, app.config.server.max_body_bytes)
-        .await
-        .map_err(|e| CrmError::Body(e.status(), e.reason()))?;
-    serde_json::from_slice(&bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
+    parse_json(&raw_body(app, req).await?)
 }
 
 /// Like [`body`], but an empty body reads as `T::default()`.
@@ -131,13 +203,22 @@ pub(crate) async fn body_or_default<T: DeserializeOwned + Default>(
     app: &App,
     req: Request<Incoming>,
 ) -> Result<T, CrmError> {
-    let bytes = read_body(req, app.config.server.max_body_bytes)
-        .await
-        .map_err(|e| CrmError::Body(e.status(), e.reason()))?;
+    let bytes = raw_body(app, req).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
+    parse_json(&bytes)
+}
+
+/// The request body within the configured limit (400/413 otherwise).
+async fn raw_body(app: &App, req: Request<Incoming>) -> Result<Bytes, CrmError> {
+    read_body(req, app.config.server.max_body_bytes)
+        .await
+        .map_err(|e| CrmError::Body(e.status(), e.reason()))
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CrmError> {
+    serde_json::from_slice(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
 }
 
 /// For `Option<Option<T>>` fields: absent is `None`, `null` is `Some(None)`.
@@ -315,6 +396,23 @@ impl<'a> Change<'a> {
     pub(crate) async fn client_updated(&mut self, client_id: i64) -> Result<(), CrmError> {
         crate::webhooks::queue_client_updated(&mut self.w.tx, client_id, self.now_ms).await?;
         Ok(())
+    }
+
+    /// Reads the entity `id` inside this change, or fails with its 404.
+    pub(crate) async fn find<T>(
+        &mut self,
+        get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
+        id: i64,
+        missing: &'static str,
+    ) -> Result<T, CrmError> {
+        found(get(self.conn(), id).await?, missing)
+    }
+
+    /// Queues the change's one CRM webhook and commits: the usual end of a
+    /// create, update or delete.
+    pub(crate) async fn commit_with(mut self, event: CrmEvent) -> Result<(), CrmError> {
+        self.crm(event).await?;
+        self.commit().await
     }
 
     pub(crate) async fn commit(self) -> Result<(), CrmError> {

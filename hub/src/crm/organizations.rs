@@ -4,15 +4,14 @@
 //! clients, which is told per client (`changed_client_company` and
 //! `client_updated`).
 
-use http::{Method, Request};
+use http::Request;
 use hyper::body::Incoming;
 use plugin_api::crm::{
     ClientEvent, CrmEvent, Organization, OrganizationCreated, OrganizationEvent,
 };
 use serde::Deserialize;
-use serde_json::json;
 
-use super::{Answer, Change, CrmError, body, created, is_update, ok, path_id, title};
+use super::{Answer, Change, CrmError, Crud, body, created, crud, list_all, ok, show, title};
 use crate::app::App;
 use crate::store::Agent;
 use crate::store::crm::{clients, organizations as store};
@@ -25,27 +24,12 @@ pub(super) async fn route(
     _agent: &Agent,
     rest: &[&str],
 ) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::GET, []) => {
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "organizations": store::list(&mut conn).await? }))
-        }
-        (&Method::POST, []) => create(app, body(app, req).await?).await,
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
-        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+    match crud(req.method(), rest, MISSING)? {
+        Crud::List => list_all(app, "organizations", store::list).await,
+        Crud::Create => create(app, body(app, req).await?).await,
+        Crud::Show(id) => show(app, id, MISSING, store::get).await,
+        Crud::Update(id) => update(app, id, body(app, req).await?).await,
+        Crud::Delete(id) => delete(app, id).await,
     }
 }
 
@@ -56,9 +40,7 @@ struct NameBody {
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Organization, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 async fn create(app: &App, body: NameBody) -> Answer {
@@ -67,13 +49,12 @@ async fn create(app: &App, body: NameBody) -> Answer {
     let now = change.now_ms();
     let organization = store::insert(change.conn(), &name, now).await?;
     change
-        .crm(CrmEvent::CrmOrganization(
+        .commit_with(CrmEvent::CrmOrganization(
             OrganizationEvent::CreatedOrganization(OrganizationCreated {
                 organization_id: organization.organization_id,
             }),
         ))
         .await?;
-    change.commit().await?;
     created(&organization)
 }
 

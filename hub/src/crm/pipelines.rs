@@ -1,15 +1,14 @@
 //! `/crm/pipelines`: deal pipelines, their stages and reject reasons
 //! (`crm_pipeline` webhooks).
 
-use http::{Method, Request};
+use http::Request;
 use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, FinalStatus, Pipeline, PipelineEvent, StageType};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{
-    Answer, Change, CrmError, body, color, created, invalid, is_update, ok, path_id, title,
+    Answer, Change, CrmError, Crud, body, color, created, crud, invalid, list_all, ok, show, title,
 };
 use crate::app::App;
 use crate::store::Agent;
@@ -25,27 +24,12 @@ pub(super) async fn route(
     _agent: &Agent,
     rest: &[&str],
 ) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::GET, []) => {
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "pipelines": store::list(&mut conn).await? }))
-        }
-        (&Method::POST, []) => create(app, body(app, req).await?).await,
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
-        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+    match crud(req.method(), rest, MISSING)? {
+        Crud::List => list_all(app, "pipelines", store::list).await,
+        Crud::Create => create(app, body(app, req).await?).await,
+        Crud::Show(id) => show(app, id, MISSING, store::get).await,
+        Crud::Update(id) => update(app, id, body(app, req).await?).await,
+        Crud::Delete(id) => delete(app, id).await,
     }
 }
 
@@ -168,18 +152,15 @@ async fn create(app: &App, body: CreateBody) -> Answer {
     let id = store::insert(change.conn(), &input, now).await?;
     let pipeline = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmPipeline(PipelineEvent::CreatedPipeline(
+        .commit_with(CrmEvent::CrmPipeline(PipelineEvent::CreatedPipeline(
             pipeline.clone(),
         )))
         .await?;
-    change.commit().await?;
     created(&pipeline)
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Pipeline, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
@@ -266,11 +247,10 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
     store::replace(change.conn(), id, &input).await?;
     let pipeline = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmPipeline(PipelineEvent::UpdatedPipeline(
+        .commit_with(CrmEvent::CrmPipeline(PipelineEvent::UpdatedPipeline(
             pipeline.clone(),
         )))
         .await?;
-    change.commit().await?;
     ok(&pipeline)
 }
 
@@ -285,10 +265,9 @@ async fn delete(app: &App, id: i64) -> Answer {
     }
     store::delete(change.conn(), id).await?;
     change
-        .crm(CrmEvent::CrmPipeline(PipelineEvent::DeletedPipeline(
+        .commit_with(CrmEvent::CrmPipeline(PipelineEvent::DeletedPipeline(
             pipeline.clone(),
         )))
         .await?;
-    change.commit().await?;
     ok(&pipeline)
 }

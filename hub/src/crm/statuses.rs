@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Answer, Change, CrmError, Query, body, body_or_default, color, created, invalid, is_update, ok,
-    path_id, title,
+    Answer, Change, CrmError, Crud, Query, body, body_or_default, color, created, crud, invalid,
+    is_update, list_all, ok, show, title,
 };
 use crate::app::App;
 use crate::store::crm::{STATUS_REQUIRE_UPDATE, set_setting_flag, setting_flag, statuses as store};
@@ -27,11 +27,6 @@ pub(super) async fn route(
 ) -> Answer {
     let method = req.method().clone();
     match (&method, rest) {
-        (&Method::GET, []) => {
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "statuses": store::list(&mut conn).await? }))
-        }
-        (&Method::POST, []) => create(app, body(app, req).await?).await,
         (&Method::POST, ["reorder"]) => reorder(app, body(app, req).await?).await,
         (&Method::GET, ["settings"]) => {
             let mut conn = app.store.crm_reader().await?;
@@ -40,26 +35,18 @@ pub(super) async fn route(
         }
         (m, ["settings"]) if is_update(m) => settings(app, body(app, req).await?).await,
         (_, ["reorder" | "settings"]) => Err(CrmError::MethodNotAllowed),
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let query = Query::of(&req);
-            let from_query = query.id("new_status_id")?;
-            let body: DeleteBody = body_or_default(app, req).await?;
-            delete(app, id, from_query.or(body.new_status_id.map(|n| n.0))).await
-        }
-        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+        _ => match crud(&method, rest, MISSING)? {
+            Crud::List => list_all(app, "statuses", store::list).await,
+            Crud::Create => create(app, body(app, req).await?).await,
+            Crud::Show(id) => show(app, id, MISSING, store::get).await,
+            Crud::Update(id) => update(app, id, body(app, req).await?).await,
+            Crud::Delete(id) => {
+                // The clients' new category: the query wins over the body.
+                let from_query = Query::of(&req).id("new_status_id")?;
+                let body: DeleteBody = body_or_default(app, req).await?;
+                delete(app, id, from_query.or(body.new_status_id.map(|n| n.0))).await
+            }
+        },
     }
 }
 
@@ -99,9 +86,7 @@ struct SettingsBody {
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Category, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 async fn create(app: &App, body: CreateBody) -> Answer {
@@ -112,11 +97,10 @@ async fn create(app: &App, body: CreateBody) -> Answer {
     let id = store::insert(change.conn(), &title, &color, now).await?;
     let category = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmStatus(StatusEvent::CreatedStatus(
+        .commit_with(CrmEvent::CrmStatus(StatusEvent::CreatedStatus(
             category.clone(),
         )))
         .await?;
-    change.commit().await?;
     created(&category)
 }
 
@@ -142,11 +126,10 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
     .await?;
     let category = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmStatus(StatusEvent::UpdatedStatus(
+        .commit_with(CrmEvent::CrmStatus(StatusEvent::UpdatedStatus(
             category.clone(),
         )))
         .await?;
-    change.commit().await?;
     ok(&category)
 }
 
@@ -208,9 +191,8 @@ async fn reorder(app: &App, body: ReorderBody) -> Answer {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode categories: {e}")))?,
     );
     change
-        .crm(CrmEvent::CrmStatus(StatusEvent::ReorderedStatus(event)))
+        .commit_with(CrmEvent::CrmStatus(StatusEvent::ReorderedStatus(event)))
         .await?;
-    change.commit().await?;
     ok(&json!({ "statuses": statuses }))
 }
 
@@ -223,10 +205,9 @@ async fn settings(app: &App, body: SettingsBody) -> Answer {
         Value::from(u8::from(body.require_update)),
     );
     change
-        .crm(CrmEvent::CrmStatus(
+        .commit_with(CrmEvent::CrmStatus(
             StatusEvent::ChangedRequireUpdateOfStatus(event),
         ))
         .await?;
-    change.commit().await?;
     ok(&json!({ "require_update": body.require_update }))
 }

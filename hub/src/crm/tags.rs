@@ -9,7 +9,10 @@ use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Answer, Change, CrmError, body, created, invalid, is_update, ok, path_id, title};
+use super::{
+    Answer, Change, CrmError, Crud, body, created, crud, invalid, is_update, list_all, ok, remove,
+    show, title,
+};
 use crate::app::App;
 use crate::store::Agent;
 use crate::store::crm::{TAGS_ADMINISTRATORS_ONLY, set_setting_flag, setting_flag, tags as store};
@@ -24,11 +27,6 @@ pub(super) async fn route(
 ) -> Answer {
     let method = req.method().clone();
     match (&method, rest) {
-        (&Method::GET, []) => {
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "tags": store::list(&mut conn).await? }))
-        }
-        (&Method::POST, []) => create(app, body(app, req).await?).await,
         (&Method::POST, ["merge"]) => merge(app, body(app, req).await?).await,
         (&Method::GET, ["settings"]) => {
             let mut conn = app.store.crm_reader().await?;
@@ -37,20 +35,18 @@ pub(super) async fn route(
         }
         (m, ["settings"]) if is_update(m) => settings(app, body(app, req).await?).await,
         (_, ["merge" | "settings"]) => Err(CrmError::MethodNotAllowed),
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
-        (_, [] | [_]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+        _ => match crud(&method, rest, MISSING)? {
+            Crud::List => list_all(app, "tags", store::list).await,
+            Crud::Create => create(app, body(app, req).await?).await,
+            Crud::Show(id) => show(app, id, MISSING, store::get).await,
+            Crud::Update(id) => update(app, id, body(app, req).await?).await,
+            Crud::Delete(id) => {
+                remove(app, id, MISSING, store::get, store::delete, |t| {
+                    CrmEvent::CrmClientTag(TagEvent::DeletedClientTag(t))
+                })
+                .await
+            }
+        },
     }
 }
 
@@ -74,9 +70,7 @@ struct SettingsBody {
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Tag, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 async fn create(app: &App, body: TitleBody) -> Answer {
@@ -85,11 +79,10 @@ async fn create(app: &App, body: TitleBody) -> Answer {
     let now = change.now_ms();
     let tag = store::insert(change.conn(), &title, now).await?;
     change
-        .crm(CrmEvent::CrmClientTag(TagEvent::CreatedClientTag(
+        .commit_with(CrmEvent::CrmClientTag(TagEvent::CreatedClientTag(
             tag.clone(),
         )))
         .await?;
-    change.commit().await?;
     created(&tag)
 }
 
@@ -100,24 +93,10 @@ async fn update(app: &App, id: i64, body: TitleBody) -> Answer {
     store::update(change.conn(), id, &title).await?;
     let tag = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmClientTag(TagEvent::UpdatedClientTag(
+        .commit_with(CrmEvent::CrmClientTag(TagEvent::UpdatedClientTag(
             tag.clone(),
         )))
         .await?;
-    change.commit().await?;
-    ok(&tag)
-}
-
-async fn delete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
-    let tag = read(&mut change, id).await?;
-    store::delete(change.conn(), id).await?;
-    change
-        .crm(CrmEvent::CrmClientTag(TagEvent::DeletedClientTag(
-            tag.clone(),
-        )))
-        .await?;
-    change.commit().await?;
     ok(&tag)
 }
 
@@ -150,11 +129,10 @@ async fn merge(app: &App, body: MergeBody) -> Answer {
     store::merge(change.conn(), into, &ids).await?;
     let merge = TagMerge { tag, merged_tags };
     change
-        .crm(CrmEvent::CrmClientTag(TagEvent::MergedClientTag(
+        .commit_with(CrmEvent::CrmClientTag(TagEvent::MergedClientTag(
             merge.clone(),
         )))
         .await?;
-    change.commit().await?;
     ok(&merge)
 }
 
@@ -167,12 +145,11 @@ async fn settings(app: &App, body: SettingsBody) -> Answer {
     )
     .await?;
     change
-        .crm(CrmEvent::CrmClientTag(
+        .commit_with(CrmEvent::CrmClientTag(
             TagEvent::ChangedAdministratorOnlyClientTag(TagSetting {
                 enabled: Flag(body.administrators_only),
             }),
         ))
         .await?;
-    change.commit().await?;
     ok(&json!({ "administrators_only": body.administrators_only }))
 }

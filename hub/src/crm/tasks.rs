@@ -7,11 +7,10 @@ use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, Flag, Task, TaskEvent};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{
-    Answer, Change, CrmError, Query, body, created, invalid, is_update, long_text, nullable, ok,
-    path_id,
+    Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
+    nullable, ok, path_id, remove, show,
 };
 use crate::app::App;
 use crate::store::Agent;
@@ -30,33 +29,29 @@ pub(super) async fn route(
 ) -> Answer {
     let method = req.method().clone();
     match (&method, rest) {
-        (&Method::GET, []) => {
-            let q = Query::of(&req);
-            let filter = TaskFilter {
-                client_id: q.id("client_id")?,
-                deal_id: q.id("deal_id")?,
-                agent_id: q.id("agent_id")?,
-                status: q.get("status").map(str::to_owned),
-            };
-            let mut conn = app.store.crm_reader().await?;
-            ok(&json!({ "tasks": store::list(&mut conn, &filter).await? }))
-        }
-        (&Method::POST, []) => create(app, agent, body(app, req).await?).await,
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            ok(&store::get(&mut conn, id)
-                .await?
-                .ok_or(CrmError::NotFound(MISSING))?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, agent, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, path_id(id, MISSING)?).await,
         (&Method::POST, [id, "complete"]) => complete(app, path_id(id, MISSING)?).await,
-        (_, [] | [_] | [_, "complete"]) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+        (_, [_, "complete"]) => Err(CrmError::MethodNotAllowed),
+        _ => match crud(&method, rest, MISSING)? {
+            Crud::List => {
+                let q = Query::of(&req);
+                let filter = TaskFilter {
+                    client_id: q.id("client_id")?,
+                    deal_id: q.id("deal_id")?,
+                    agent_id: q.id("agent_id")?,
+                    status: q.get("status").map(str::to_owned),
+                };
+                list_all(app, "tasks", async |conn| store::list(conn, &filter).await).await
+            }
+            Crud::Create => create(app, agent, body(app, req).await?).await,
+            Crud::Show(id) => show(app, id, MISSING, store::get).await,
+            Crud::Update(id) => update(app, agent, id, body(app, req).await?).await,
+            Crud::Delete(id) => {
+                remove(app, id, MISSING, store::get, store::delete, |d| {
+                    CrmEvent::CrmTask(TaskEvent::DeletedTask(d))
+                })
+                .await
+            }
+        },
     }
 }
 
@@ -113,9 +108,7 @@ fn notify_ts(value: NumericId) -> Result<i64, CrmError> {
 }
 
 async fn read(change: &mut Change<'_>, id: i64) -> Result<Task, CrmError> {
-    store::get(change.conn(), id)
-        .await?
-        .ok_or(CrmError::NotFound(MISSING))
+    change.find(store::get, id, MISSING).await
 }
 
 /// Checks the task's client (on the agent's channels, when it changes), its
@@ -165,9 +158,8 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     let id = store::insert(change.conn(), &input, agent.id, now).await?;
     let task = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmTask(TaskEvent::CreatedTask(task.clone())))
+        .commit_with(CrmEvent::CrmTask(TaskEvent::CreatedTask(task.clone())))
         .await?;
-    change.commit().await?;
     created(&task)
 }
 
@@ -204,9 +196,8 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     store::update(change.conn(), id, &task, now).await?;
     let task = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmTask(TaskEvent::UpdatedTask(task.clone())))
+        .commit_with(CrmEvent::CrmTask(TaskEvent::UpdatedTask(task.clone())))
         .await?;
-    change.commit().await?;
     ok(&task)
 }
 
@@ -222,19 +213,7 @@ async fn complete(app: &App, id: i64) -> Answer {
     store::complete(change.conn(), id, now).await?;
     let task = read(&mut change, id).await?;
     change
-        .crm(CrmEvent::CrmTask(TaskEvent::CompletedTask(task.clone())))
+        .commit_with(CrmEvent::CrmTask(TaskEvent::CompletedTask(task.clone())))
         .await?;
-    change.commit().await?;
-    ok(&task)
-}
-
-async fn delete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
-    let task = read(&mut change, id).await?;
-    store::delete(change.conn(), id).await?;
-    change
-        .crm(CrmEvent::CrmTask(TaskEvent::DeletedTask(task.clone())))
-        .await?;
-    change.commit().await?;
     ok(&task)
 }
