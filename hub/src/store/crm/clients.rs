@@ -368,41 +368,32 @@ pub async fn insert(
     Ok(row.map(|(id,)| id))
 }
 
-async fn set_text(
-    conn: &mut AnyConnection,
-    id: i64,
-    column: &'static str,
-    value: Option<&str>,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(&format!(
-        "UPDATE clients SET {column} = $1, updated_at = $2 WHERE id = $3"
-    ))
-    .bind(value)
-    .bind(now_ms)
-    .bind(id)
-    .execute(conn)
-    .await
-    .ctx("updating a client")?;
-    Ok(())
+/// A value for one client column.
+enum Column<'a> {
+    Text(Option<&'a str>),
+    Int(Option<i64>),
 }
 
-async fn set_int(
+/// Sets one column of a client; `column` is always a literal of this module.
+async fn set_column(
     conn: &mut AnyConnection,
     id: i64,
     column: &'static str,
-    value: Option<i64>,
+    value: Column<'_>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query(&format!(
-        "UPDATE clients SET {column} = $1, updated_at = $2 WHERE id = $3"
-    ))
-    .bind(value)
-    .bind(now_ms)
-    .bind(id)
-    .execute(conn)
-    .await
-    .ctx("updating a client")?;
+    let sql = format!("UPDATE clients SET {column} = $1, updated_at = $2 WHERE id = $3");
+    let query = sqlx::query(&sql);
+    let query = match value {
+        Column::Text(v) => query.bind(v),
+        Column::Int(v) => query.bind(v),
+    };
+    query
+        .bind(now_ms)
+        .bind(id)
+        .execute(conn)
+        .await
+        .ctx("updating a client")?;
     Ok(())
 }
 
@@ -414,20 +405,27 @@ pub async fn update_profile(
     now_ms: i64,
 ) -> Result<(), StoreError> {
     if let Some(name) = &patch.name {
-        set_text(conn, id, "name", Some(name), now_ms).await?;
+        set_column(conn, id, "name", Column::Text(Some(name)), now_ms).await?;
     }
     if let Some(v) = &patch.description {
-        set_text(conn, id, "description", v.as_deref(), now_ms).await?;
+        set_column(conn, id, "description", Column::Text(v.as_deref()), now_ms).await?;
     }
     if let Some(v) = &patch.avatar_url {
-        set_text(conn, id, "photo", v.as_deref(), now_ms).await?;
+        set_column(conn, id, "photo", Column::Text(v.as_deref()), now_ms).await?;
     }
     if let Some(v) = &patch.crm_link {
-        set_text(conn, id, "crm_link", v.as_deref(), now_ms).await?;
+        set_column(conn, id, "crm_link", Column::Text(v.as_deref()), now_ms).await?;
     }
     if let Some(v) = &patch.custom_data {
         let json = v.as_ref().map(|m| Value::Object(m.clone()).to_string());
-        set_text(conn, id, "custom_data", json.as_deref(), now_ms).await?;
+        set_column(
+            conn,
+            id,
+            "custom_data",
+            Column::Text(json.as_deref()),
+            now_ms,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -438,7 +436,7 @@ pub async fn set_assigned_agent(
     agent_id: Option<i64>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    set_int(conn, id, "assigned_agent_id", agent_id, now_ms).await
+    set_column(conn, id, "assigned_agent_id", Column::Int(agent_id), now_ms).await
 }
 
 pub async fn set_status(
@@ -447,7 +445,7 @@ pub async fn set_status(
     status_id: i64,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    set_int(conn, id, "status_id", Some(status_id), now_ms).await
+    set_column(conn, id, "status_id", Column::Int(Some(status_id)), now_ms).await
 }
 
 pub async fn set_organization(
@@ -456,7 +454,14 @@ pub async fn set_organization(
     organization_id: Option<i64>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    set_int(conn, id, "organization_id", organization_id, now_ms).await
+    set_column(
+        conn,
+        id,
+        "organization_id",
+        Column::Int(organization_id),
+        now_ms,
+    )
+    .await
 }
 
 /// Blocks the client (again, replacing an earlier block).
