@@ -93,11 +93,14 @@ impl Conversations {
         let payload = serde_json::to_value(&message)
             .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
         let mut event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
-        // Plugins see the chat the message will join, when there is one already.
-        event.chat_id = self
-            .store
-            .live_chat_of_sender(channel.id, &message.sender)
-            .await?;
+        // Plugins see the chat the message will join, when there is one
+        // already; without routes nobody looks, so ingress skips the read.
+        if self.pipeline.has_routes() {
+            event.chat_id = self
+                .store
+                .live_chat_of_sender(channel.id, &message.sender)
+                .await?;
+        }
         let span = event.span();
         self.ingest_customer_event(channel, event)
             .instrument(span)

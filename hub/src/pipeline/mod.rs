@@ -109,6 +109,11 @@ impl Pipeline {
             .clear();
     }
 
+    /// Whether any route is configured, i.e. whether plugins may see events.
+    pub fn has_routes(&self) -> bool {
+        !self.wiring.current().routes.is_empty()
+    }
+
     pub fn wiring(&self) -> &WiringHandle {
         &self.wiring
     }
