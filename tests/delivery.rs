@@ -791,3 +791,121 @@ async fn declared_channels_keep_their_address_across_restarts() {
     assert_eq!(req.json()["message"]["id"], sent["uid"]);
     hub.shutdown().await;
 }
+
+/// An integrator that answers the first request with a status line and the
+/// start of a body it never finishes (then resets the connection), and every
+/// later one with `{"result":"ok"}`. Returns its URL and the requests' heads.
+async fn cut_off_integrator() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hub", listener.local_addr().expect("addr"));
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            // Read one request: headers, then Content-Length bytes.
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(i + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + length {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let first = {
+                let mut h = seen.lock().expect("heads");
+                h.push(head);
+                h.len() == 1
+            };
+            if first {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                    .await;
+                let _ = stream.flush().await;
+                // Linger 0: the close is a reset, as the fault battery saw it.
+                let _ = stream.set_zero_linger();
+                drop(stream);
+            } else {
+                let body = br#"{"result":"ok"}"#;
+                let _ = stream
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                             Content-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+                let _ = stream.write_all(body).await;
+                let _ = stream.flush().await;
+            }
+        }
+    });
+    (url, heads)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_cut_off_after_its_status_line_is_retried_with_the_same_delivery_id() {
+    let (url, heads) = cut_off_integrator().await;
+    let hub = TestHub::start().await;
+    let ch = hub.create_channel("shop", &url, false, &[AGENT_EMAIL]).await;
+    let agent = agent_with_photo(&hub).await;
+    hub.say(&ch, json!(7), "hello").await;
+    let chat_id = chat_ids(&agent).await[0];
+    let (status, sent) = agent
+        .post(
+            &format!("/agent/v1/chats/{chat_id}/messages"),
+            json!({ "type": "text", "text": "did this arrive?" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{sent}");
+    let sent = sent["message"].clone();
+    let uid = &sent["uid"];
+    let agent_ref = &agent;
+    let state = eventually(WAIT, "a final delivery state", || async move {
+        let m = agent_ref.chat(chat_id).await["messages"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["uid"] == *uid).cloned())?;
+        (m["delivery"] != "pending").then_some(m["delivery"].clone())
+    })
+    .await;
+    assert_eq!(state, "delivered");
+    let heads = heads.lock().expect("heads").clone();
+    assert_eq!(
+        heads.len(),
+        2,
+        "a body that broke off is not an answer: it must be tried again"
+    );
+    let header = |h: &str, name: &str| {
+        h.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+    };
+    assert_eq!(
+        header(&heads[0], "x-hub-delivery"),
+        header(&heads[1], "x-hub-delivery"),
+        "the retry keeps the delivery id"
+    );
+    assert_eq!(header(&heads[0], "x-hub-attempt").as_deref(), Some("1"));
+    assert_eq!(header(&heads[1], "x-hub-attempt").as_deref(), Some("2"));
+    hub.shutdown().await;
+}

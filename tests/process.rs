@@ -590,3 +590,53 @@ async fn the_default_hub_toml_is_valid_and_wires_the_redact_plugin() {
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 plugins)"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_mid_attempt_the_restarted_hub_retries_at_once_with_the_next_attempt_number()
+{
+    // A slow integrator keeps the first attempt in flight when the hub dies;
+    // its lease (longest policy timeout + 5 s = 15 s) must not hold the chat.
+    let (_dir, config) = setup(&HubOptions {
+        attempts: 3,
+        retry_interval_ms: 5000,
+        attempt_timeout_ms: 5000,
+        ..HubOptions::default()
+    });
+    let integrator = Integrator::start().await;
+    integrator.set_default(Reply::ok().delayed(Duration::from_secs(30)));
+    let mut first = serve(&config).await;
+    let (agent, chat_id, _ch) = open_chat(&first.base, &integrator.url).await;
+    let sent = agent.reply(chat_id, "in flight when the hub dies").await;
+    let attempt1 = integrator.wait_for(1, WAIT).await.remove(0);
+    assert_eq!(attempt1.header("x-hub-attempt"), Some("1"));
+    first.kill();
+
+    integrator.set_default(Reply::ok());
+    let second = serve(&config).await;
+    let restarted = Instant::now();
+    let resent = integrator.wait_for(2, WAIT).await.remove(1);
+    let waited = restarted.elapsed();
+    assert!(
+        waited < Duration::from_secs(8),
+        "the chat waited {waited:?} for a dead process's lease"
+    );
+    assert_eq!(
+        resent.header("x-hub-delivery"),
+        attempt1.header("x-hub-delivery")
+    );
+    assert_eq!(
+        resent.header("x-hub-attempt"),
+        Some("2"),
+        "the attempt cut off by the crash counts"
+    );
+    let agent = TestAgent {
+        base: second.base.clone(),
+        ..agent
+    };
+    let agent_ref = &agent;
+    let uid = &sent["uid"];
+    eventually(WAIT, "delivered after the restart", || async move {
+        (delivery_of(agent_ref, chat_id, uid).await == "delivered").then_some(())
+    })
+    .await;
+}

@@ -162,6 +162,15 @@ impl Running {
 /// Opens storage, provisions declared channels, binds and starts serving.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = Store::open(&config.storage.url).await?;
+    // One instance per database (until the PostgreSQL work): every lease left
+    // in it belongs to a process that is gone.
+    let reclaimed = store.reclaim_leases().await?;
+    if reclaimed > 0 {
+        tracing::info!(
+            deliveries = reclaimed,
+            "took over deliveries a previous run left in flight"
+        );
+    }
     provisioning::sync_declared(&store, &config.channels).await?;
     let path_secret = provisioning::path_secret(&store).await?;
     let listen = config.server.listen;

@@ -51,6 +51,9 @@ impl Destinations {
                 backoff: d.retry.backoff,
                 max_interval: Duration::from_millis(d.retry.max_interval_ms),
                 timeout: Duration::from_millis(d.timeout_ms),
+                // Forwards to one destination of one chat keep their order for
+                // as long as webhooks do; a dead receiver must not stall the rest.
+                order_hold: Some(crate::config::DEFAULT_ORDER_HOLD),
             };
             by_name.insert(
                 d.name.clone(),

@@ -27,6 +27,11 @@ pub struct WebhooksConfig {
     pub backoff: f64,
     #[serde(default = "default_max_interval_ms")]
     pub max_interval_ms: u64,
+    /// How long a failing webhook keeps the later webhooks of its chat (or
+    /// client, or the CRM's) waiting, counted from its first attempt; after
+    /// that they go out and it goes on retrying on its own.
+    #[serde(default = "default_order_hold_ms")]
+    pub order_hold_ms: u64,
     /// The spec's Safe URL setting: custom-data links to other domains than
     /// the receiver's are dropped before the agent sees them.
     #[serde(default)]
@@ -72,6 +77,11 @@ fn default_backoff() -> f64 {
 fn default_max_interval_ms() -> u64 {
     3_600_000
 }
+/// Two minutes: the first four attempts of a webhook with the default backoff.
+pub const DEFAULT_ORDER_HOLD: std::time::Duration = std::time::Duration::from_secs(120);
+fn default_order_hold_ms() -> u64 {
+    u64::try_from(DEFAULT_ORDER_HOLD.as_millis()).unwrap_or(u64::MAX)
+}
 fn default_site_id() -> i64 {
     1
 }
@@ -87,6 +97,7 @@ impl Default for WebhooksConfig {
             retry_interval_ms: default_interval_ms(),
             backoff: default_backoff(),
             max_interval_ms: default_max_interval_ms(),
+            order_hold_ms: default_order_hold_ms(),
             safe_url: false,
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -127,7 +127,7 @@ impl HttpSender {
         let webhook = row.kind.starts_with(crate::webhooks::EVENT_PREFIX)
             || row.kind.starts_with(crate::webhooks::CRM_PREFIX);
         // Only the start of an answer matters to a delivery; a body too large
-        // to keep counts as empty.
+        // to keep counts as empty (one that broke off is an error, above).
         match self.post(post, timeout).await {
             Ok((status, body)) if webhook => classify_webhook(status, body.unwrap_or_default()),
             Ok((status, body)) => classify(status, body.unwrap_or_default()),
@@ -188,26 +188,35 @@ impl HttpSender {
             })
             .map_err(|e| PostError::Invalid(format!("cannot build the request: {e}")))?;
         let exchange = async {
-            let response = self.client.request(request).await?;
+            let response = self.client.request(request).await.map_err(|e| {
+                PostError::Transient(format!("connection failed: {}", error_chain(&e)))
+            })?;
             let status = response.status();
-            // `None`: more than MAX_RESPONSE_BYTES (or the body broke off).
-            let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            let body = match Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
                 .collect()
                 .await
-                .map(|b| b.to_bytes())
-                .ok();
-            Ok::<_, hyper_util::client::legacy::Error>((status, body))
+            {
+                Ok(collected) => Some(collected.to_bytes()),
+                // Answered in full, only too long to keep: the status decides.
+                Err(e) if e.is::<LengthLimitError>() => None,
+                // A body that broke off is not an answer: the receiver may
+                // not have finished handling the request, so try again.
+                Err(e) => {
+                    return Err(PostError::Transient(format!(
+                        "the answer broke off (HTTP {}): {}",
+                        status.as_u16(),
+                        error_chain(e.as_ref())
+                    )));
+                }
+            };
+            Ok((status, body))
         };
         match tokio::time::timeout(timeout, exchange).await {
             Err(_) => Err(PostError::Transient(format!(
                 "no response within {} ms",
                 timeout.as_millis()
             ))),
-            Ok(Err(e)) => Err(PostError::Transient(format!(
-                "connection failed: {}",
-                error_chain(&e)
-            ))),
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(answer) => answer,
         }
     }
 }

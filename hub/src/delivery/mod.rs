@@ -20,7 +20,7 @@ pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 
 use crate::clock::now_ms;
 use crate::destinations::POLICY_PREFIX;
-use crate::store::{Claimed, Store, StoreError};
+use crate::store::{Claimed, Retry, Store, StoreError};
 use crate::webhooks::signing;
 use crate::wiring::WiringHandle;
 
@@ -133,7 +133,7 @@ impl Deliverer {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
-            let wait = match self.store.next_due_at().await {
+            let wait = match self.store.next_due_at(now_ms()).await {
                 Ok(Some(at)) => {
                     Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0).max(5))
                         .min(IDLE_POLL)
@@ -278,17 +278,25 @@ impl Deliverer {
                 self.finisher.finish(&tried, &Final::Failed(reason)).await
             }
             Attempt::Transient(reason) => {
+                // Counted from the first attempt as recorded, so a restart
+                // neither extends nor shortens the schedule.
+                let first = row.first_attempt_at.unwrap_or(started);
                 let give_up_at = row
                     .give_up_at
-                    .unwrap_or_else(|| started.saturating_add(millis(policy.give_up_after())));
+                    .unwrap_or_else(|| first.saturating_add(millis(policy.give_up_after())));
                 let next_at = if attempt_no < max {
                     started.saturating_add(millis(policy.wait_after(attempt_no)))
                 } else {
                     give_up_at.max(now_ms())
                 };
+                let retry = Retry {
+                    next_at,
+                    give_up_at,
+                    hold_until: first.saturating_add(millis(policy.hold_after())),
+                };
                 tracing::info!(attempt = attempt_no, %reason, next_at, "attempt failed; will retry");
                 self.store
-                    .reschedule_delivery(&row.id, attempt_no, next_at, give_up_at, &reason)
+                    .reschedule_delivery(&row.id, attempt_no, retry, &reason)
                     .await
             }
         }

@@ -23,6 +23,9 @@ pub struct RetryPolicy {
     pub max_interval: Duration,
     /// Longest wait for one response.
     pub timeout: Duration,
+    /// How long after its first attempt a failing row keeps later rows of
+    /// its order key waiting; `None` until it is given up (strict order).
+    pub order_hold: Option<Duration>,
 }
 
 impl RetryPolicy {
@@ -34,7 +37,15 @@ impl RetryPolicy {
             backoff: 1.0,
             max_interval: interval,
             timeout,
+            order_hold: None,
         }
+    }
+
+    /// How long after the first attempt a failing row stops holding back its
+    /// order key: the order hold, but never past the give-up time.
+    pub fn hold_after(&self) -> Duration {
+        let give_up = self.give_up_after();
+        self.order_hold.map_or(give_up, |hold| hold.min(give_up))
     }
 
     /// From the start of attempt `attempt` (1-based) to the start of the next.
@@ -71,17 +82,21 @@ impl Policies {
             attempts: 1,
             ..channel
         };
-        let sync = RetryPolicy::fixed(
-            w.sync_attempts,
-            Duration::from_millis(w.sync_retry_interval_ms),
-            Duration::from_millis(w.sync_timeout_ms),
-        );
+        let sync = RetryPolicy {
+            order_hold: Some(Duration::from_millis(w.order_hold_ms)),
+            ..RetryPolicy::fixed(
+                w.sync_attempts,
+                Duration::from_millis(w.sync_retry_interval_ms),
+                Duration::from_millis(w.sync_timeout_ms),
+            )
+        };
         let webhook = RetryPolicy {
             attempts: w.attempts,
             interval: Duration::from_millis(w.retry_interval_ms),
             backoff: w.backoff,
             max_interval: Duration::from_millis(w.max_interval_ms),
             timeout: Duration::from_millis(w.timeout_ms),
+            order_hold: Some(Duration::from_millis(w.order_hold_ms)),
         };
         Policies {
             by_name: HashMap::from([
@@ -128,7 +143,11 @@ mod tests {
             backoff: 2.0,
             max_interval: Duration::from_secs(5),
             timeout: Duration::from_secs(1),
+            order_hold: Some(Duration::from_secs(8)),
         };
+        assert_eq!(p.hold_after(), Duration::from_secs(8));
+        let strict = RetryPolicy::fixed(3, Duration::from_secs(3), Duration::from_secs(3));
+        assert_eq!(strict.hold_after(), Duration::from_secs(9));
         let waits: Vec<u64> = (1..=6).map(|n| p.wait_after(n).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 5, 5, 5]);
     }

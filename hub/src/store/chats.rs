@@ -21,6 +21,8 @@ pub struct Client {
     pub photo: Option<String>,
     pub url: Option<String>,
     pub invite: Option<String>,
+    /// Sequential per site (1, 2, 3, ...), given once when the client is created.
+    pub visitor_number: i64,
 }
 
 impl Client {
@@ -148,7 +150,13 @@ pub struct MessageRow {
 }
 
 const CLIENT_COLUMNS: &str =
-    "id, channel_id, external_id_json, name, phone, email, photo, url, invite";
+    "id, channel_id, external_id_json, name, phone, email, photo, url, invite, visitor_number";
+
+/// The visitor number a client inserted now takes: the site's sequence plus
+/// one (a trigger advances the sequence only when the row is really inserted,
+/// so an upsert that updates burns no number).
+pub(crate) const NEXT_VISITOR_NUMBER: &str =
+    "(SELECT value + 1 FROM counters WHERE name = 'visitor_number')";
 const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
      closed_at, last_message_at";
 const MESSAGE_COLUMNS: &str =
@@ -168,6 +176,10 @@ fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
         photo: row.try_get("photo").ctx("reading a client")?,
         url: row.try_get("url").ctx("reading a client")?,
         invite: row.try_get("invite").ctx("reading a client")?,
+        visitor_number: row
+            .try_get::<Option<i64>, _>("visitor_number")
+            .ctx("reading a client")?
+            .unwrap_or_default(),
     })
 }
 
@@ -215,8 +227,8 @@ pub async fn upsert_client(
         .map_err(|e| StoreError::Corrupt(format!("client id: {e}")))?;
     let row = sqlx::query(&format!(
         "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, email, \
-         photo, url, invite, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+         photo, url, invite, created_at, updated_at, visitor_number) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, {NEXT_VISITOR_NUMBER}) \
          ON CONFLICT (channel_id, external_key) DO UPDATE SET \
          name = COALESCE(excluded.name, clients.name), \
          phone = COALESCE(excluded.phone, clients.phone), \

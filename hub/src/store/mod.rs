@@ -19,7 +19,7 @@ use tokio::sync::{Mutex, MutexGuard};
 pub use agents::{Agent, NewAgent};
 pub use channels::{Channel, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
-pub use outbox::{Claimed, NewDelivery, OutboxState};
+pub use outbox::{Claimed, NewDelivery, OutboxState, Retry};
 
 /// A failed database operation, with what the hub was doing when it failed.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +97,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/sqlite/0004_crm_indexes.sql"),
     ),
+    (
+        5,
+        include_str!("../../migrations/sqlite/0005_delivery_fixes.sql"),
+    ),
 ];
 
 impl Store {
@@ -140,6 +144,30 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens a SQLite database with only the first `upto` migrations applied
+    /// (tests of later migrations against data written before them).
+    #[cfg(test)]
+    async fn open_at(url: &str, upto: i64) -> Result<Store, StoreError> {
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&prepare_sqlite_url(url)?)
+            .await
+            .ctx("connecting to the database")?;
+        let store = Store {
+            pool,
+            backend: Backend::Sqlite,
+            write_turn: Some(Arc::new(Mutex::new(()))),
+        };
+        let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
+            .iter()
+            .copied()
+            .filter(|(v, _)| *v <= upto)
+            .collect();
+        store.apply(&first).await?;
+        Ok(store)
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
@@ -167,6 +195,10 @@ impl Store {
                 ));
             }
         };
+        self.apply(migrations).await
+    }
+
+    async fn apply(&self, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
         self.pool
             .execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations \
@@ -263,4 +295,69 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
 /// Reads a 0/1 integer column as a bool.
 pub(crate) fn flag(v: i64) -> bool {
     v != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn existing_clients_get_visitor_numbers_in_creation_order() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let old = Store::open_at(&url, 4).await.expect("schema 4");
+        sqlx::query(
+            "INSERT INTO channels (public_id, name, customer_endpoint, created_at) \
+             VALUES ('p', 'web', 'http://127.0.0.1:9/', 1)",
+        )
+        .execute(old.pool())
+        .await
+        .expect("channel");
+        // Ids with gaps (burnt by upserts) and creation times out of id order.
+        for (id, key, created) in [(3, "c", 300), (7, "a", 100), (9, "b", 200)] {
+            sqlx::query(
+                "INSERT INTO clients (id, channel_id, external_key, external_id_json, \
+                 created_at, updated_at) VALUES ($1, 1, $2, '\"x\"', $3, $3)",
+            )
+            .bind(id)
+            .bind(key)
+            .bind(created)
+            .execute(old.pool())
+            .await
+            .expect("client");
+        }
+        old.close().await;
+        let store = Store::open(&url).await.expect("migrated");
+        let numbers: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT external_key, visitor_number FROM clients ORDER BY visitor_number",
+        )
+        .fetch_all(store.pool())
+        .await
+        .expect("numbers");
+        assert_eq!(
+            numbers,
+            [("a".into(), 1), ("b".into(), 2), ("c".into(), 3)],
+            "numbered by creation"
+        );
+        let mut w = store.begin_write().await.expect("tx");
+        let sender: plugin_api::channel::CustomerSender =
+            serde_json::from_value(serde_json::json!({ "id": "d" })).expect("sender");
+        let d = chats::upsert_client(&mut w.tx, 1, &sender, 400)
+            .await
+            .expect("new client");
+        let again = chats::upsert_client(&mut w.tx, 1, &sender, 500)
+            .await
+            .expect("same client");
+        let sender: plugin_api::channel::CustomerSender =
+            serde_json::from_value(serde_json::json!({ "id": "e" })).expect("sender");
+        let e = chats::upsert_client(&mut w.tx, 1, &sender, 600)
+            .await
+            .expect("another client");
+        w.commit().await.expect("commit");
+        assert_eq!(
+            (d.visitor_number, again.visitor_number, e.visitor_number),
+            (4, 4, 5),
+            "the sequence goes on after the migrated clients, burning nothing"
+        );
+    }
 }

@@ -65,6 +65,42 @@ pub async fn set_response(
     Ok(())
 }
 
+/// Appends an operator note to a delivery (shown by `GET /admin/v1/deliveries/{id}`).
+pub async fn add_note(conn: &mut AnyConnection, id: &str, note: &str) -> Result<(), StoreError> {
+    let row: Option<(Option<String>,)> = sqlx::query_as("SELECT notes FROM outbox WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .ctx("reading a delivery's notes")?;
+    let Some((notes,)) = row else { return Ok(()) };
+    let mut list = parse_notes(notes);
+    list.push(note.chars().take(1000).collect());
+    let text = serde_json::to_string(&list)
+        .map_err(|e| StoreError::Corrupt(format!("delivery notes: {e}")))?;
+    sqlx::query("UPDATE outbox SET notes = $1 WHERE id = $2")
+        .bind(text)
+        .bind(id)
+        .execute(conn)
+        .await
+        .ctx("writing a delivery's notes")?;
+    Ok(())
+}
+
+fn parse_notes(notes: Option<String>) -> Vec<String> {
+    notes
+        .and_then(|n| serde_json::from_str(&n).ok())
+        .unwrap_or_default()
+}
+
+/// When a failed delivery is tried next, given up, and stops holding back
+/// later rows of its order key (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub next_at: i64,
+    pub give_up_at: i64,
+    pub hold_until: i64,
+}
+
 /// A request to be made; `order_key` (the chat) serialises rows that share it.
 #[derive(Debug, Clone)]
 pub struct NewDelivery {
@@ -97,7 +133,11 @@ pub struct Claimed {
     pub chunked: bool,
     pub message_id: Option<i64>,
     pub chat_id: Option<i64>,
+    /// Attempts started before this claim (a claim counts its own in the
+    /// database, so one cut off by a crash is not sent again as the same number).
     pub attempts: i64,
+    /// When the first attempt started, if one did.
+    pub first_attempt_at: Option<i64>,
     pub give_up_at: Option<i64>,
     pub last_error: Option<String>,
     pub staged: bool,
@@ -105,7 +145,7 @@ pub struct Claimed {
 }
 
 const COLUMNS: &str = "seq, id, event_id, kind, policy, target_url, body, chunked, message_id, \
-     chat_id, attempts, give_up_at, last_error, staged, secret";
+     chat_id, attempts, first_attempt_at, give_up_at, last_error, staged, secret";
 
 fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
     Ok(Claimed {
@@ -120,6 +160,7 @@ fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
         message_id: row.try_get("message_id")?,
         chat_id: row.try_get("chat_id")?,
         attempts: row.try_get("attempts")?,
+        first_attempt_at: row.try_get("first_attempt_at")?,
         give_up_at: row.try_get("give_up_at")?,
         last_error: row.try_get("last_error")?,
         staged: flag(row.try_get("staged")?),
@@ -182,7 +223,10 @@ pub async fn finish(
 
 impl Store {
     /// Leases up to `limit` rows that are due and not waiting behind an earlier
-    /// row of the same order key.
+    /// row of the same order key. An earlier row holds its key while it is in
+    /// flight or until its `hold_until` passes: one failing event delays the
+    /// rest of its key for a bounded time, not for its whole retry schedule.
+    /// The claim counts the attempt it leads to, so the count survives a crash.
     pub async fn claim_due(
         &self,
         now: i64,
@@ -194,7 +238,8 @@ impl Store {
             "SELECT {COLUMNS} FROM outbox o WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
              AND (o.lease_until IS NULL OR o.lease_until < $1) \
              AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
-                             AND p.state = 'pending' AND p.seq < o.seq) \
+                             AND p.state = 'pending' AND p.seq < o.seq \
+                             AND (p.hold_until IS NULL OR p.hold_until > $1)) \
              ORDER BY o.seq LIMIT $2"
         ))
         .bind(now)
@@ -208,9 +253,13 @@ impl Store {
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let c = from_row(row).ctx("reading a delivery")?;
-            sqlx::query("UPDATE outbox SET lease_until = $1 WHERE seq = $2")
-                .bind(now + lease_ms)
-                .bind(c.seq)
+            sqlx::query(
+                "UPDATE outbox SET lease_until = $1, attempts = attempts + 1, \
+                 first_attempt_at = COALESCE(first_attempt_at, $2) WHERE seq = $3",
+            )
+            .bind(now + lease_ms)
+            .bind(now)
+            .bind(c.seq)
                 .execute(&mut *w.tx)
                 .await
                 .ctx("leasing a delivery")?;
@@ -220,29 +269,46 @@ impl Store {
         Ok(claimed)
     }
 
-    /// Records a failed attempt that will be tried again (or given up) at `next_at`.
+    /// Records a failed attempt that will be tried again (or given up) at
+    /// `next_at`; later rows of its order key wait for it until `hold_until`.
     pub async fn reschedule_delivery(
         &self,
         id: &str,
         attempts: i64,
-        next_at: i64,
-        give_up_at: i64,
+        retry: Retry,
         error: &str,
     ) -> Result<(), StoreError> {
         let mut w = self.begin_write().await?;
         sqlx::query(
             "UPDATE outbox SET attempts = $1, next_attempt_at = $2, give_up_at = $3, \
-             last_error = $4, lease_until = NULL WHERE id = $5",
+             hold_until = $4, last_error = $5, lease_until = NULL WHERE id = $6",
         )
         .bind(attempts)
-        .bind(next_at)
-        .bind(give_up_at)
+        .bind(retry.next_at)
+        .bind(retry.give_up_at)
+        .bind(retry.hold_until)
         .bind(error)
         .bind(id)
         .execute(&mut *w.tx)
         .await
         .ctx("rescheduling a delivery")?;
         w.commit().await
+    }
+
+    /// Gives back every lease in the database: a single instance that starts
+    /// owns them all (they were taken by a process that is gone), so its
+    /// chats need not wait for leases to expire. Returns how many there were.
+    pub async fn reclaim_leases(&self) -> Result<u64, StoreError> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE outbox SET lease_until = NULL \
+             WHERE state = 'pending' AND lease_until IS NOT NULL",
+        )
+        .execute(&mut *w.tx)
+        .await
+        .ctx("reclaiming leases")?;
+        w.commit().await?;
+        Ok(done.rows_affected())
     }
 
     /// Gives back leases this process will not use (shutdown), so a restart need not wait.
@@ -256,12 +322,23 @@ impl Store {
         w.commit().await
     }
 
-    /// When the next pending row becomes due, if any.
-    pub async fn next_due_at(&self) -> Result<Option<i64>, StoreError> {
+    /// When the next pending row becomes due, if any: a row waiting behind an
+    /// earlier one of its order key is due when that one's hold ends (or
+    /// when it settles, which wakes the deliverer anyway), not before.
+    pub async fn next_due_at(&self, now: i64) -> Result<Option<i64>, StoreError> {
         let row: (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > next_attempt_at \
-             THEN lease_until ELSE next_attempt_at END) FROM outbox WHERE state = 'pending'",
+            "SELECT MIN(t) FROM ( \
+               SELECT CASE WHEN o.lease_until IS NOT NULL AND o.lease_until > o.next_attempt_at \
+                      THEN o.lease_until ELSE o.next_attempt_at END AS t \
+               FROM outbox o WHERE o.state = 'pending' \
+               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
+                               AND p.state = 'pending' AND p.seq < o.seq \
+                               AND (p.hold_until IS NULL OR p.hold_until > $1)) \
+               UNION ALL \
+               SELECT hold_until AS t FROM outbox WHERE state = 'pending' AND hold_until > $1 \
+             ) due",
         )
+        .bind(now)
         .fetch_one(self.pool())
         .await
         .ctx("finding the next due delivery")?;
@@ -283,7 +360,31 @@ pub struct DeliveryView {
     pub chat_id: Option<i64>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// What operators should know about how the answer was read.
+    pub notes: Vec<String>,
     pub body: serde_json::Value,
+}
+
+const VIEW_COLUMNS: &str = "id, event_id, kind, state, target_url, attempts, last_error, \
+     response, chat_id, created_at, finished_at, notes, body";
+
+fn view_from_row(r: &AnyRow) -> Result<DeliveryView, StoreError> {
+    let body: String = r.try_get("body").ctx("reading a delivery")?;
+    Ok(DeliveryView {
+        id: r.try_get("id").ctx("reading a delivery")?,
+        event_id: r.try_get("event_id").ctx("reading a delivery")?,
+        kind: r.try_get("kind").ctx("reading a delivery")?,
+        state: r.try_get("state").ctx("reading a delivery")?,
+        target_url: r.try_get("target_url").ctx("reading a delivery")?,
+        attempts: r.try_get("attempts").ctx("reading a delivery")?,
+        last_error: r.try_get("last_error").ctx("reading a delivery")?,
+        response: r.try_get("response").ctx("reading a delivery")?,
+        chat_id: r.try_get("chat_id").ctx("reading a delivery")?,
+        created_at: r.try_get("created_at").ctx("reading a delivery")?,
+        finished_at: r.try_get("finished_at").ctx("reading a delivery")?,
+        notes: parse_notes(r.try_get("notes").ctx("reading a delivery")?),
+        body: serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+    })
 }
 
 impl Store {
@@ -293,35 +394,25 @@ impl Store {
         state: OutboxState,
         limit: i64,
     ) -> Result<Vec<DeliveryView>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, event_id, kind, state, target_url, attempts, last_error, response, \
-             chat_id, created_at, finished_at, body FROM outbox WHERE state = $1 \
-             ORDER BY seq DESC LIMIT $2",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {VIEW_COLUMNS} FROM outbox WHERE state = $1 ORDER BY seq DESC LIMIT $2"
+        ))
         .bind(state.as_str())
         .bind(limit)
         .fetch_all(self.pool())
         .await
         .ctx("listing deliveries")?;
-        rows.iter()
-            .map(|r| {
-                let body: String = r.try_get("body").ctx("reading a delivery")?;
-                Ok(DeliveryView {
-                    id: r.try_get("id").ctx("reading a delivery")?,
-                    event_id: r.try_get("event_id").ctx("reading a delivery")?,
-                    kind: r.try_get("kind").ctx("reading a delivery")?,
-                    state: r.try_get("state").ctx("reading a delivery")?,
-                    target_url: r.try_get("target_url").ctx("reading a delivery")?,
-                    attempts: r.try_get("attempts").ctx("reading a delivery")?,
-                    last_error: r.try_get("last_error").ctx("reading a delivery")?,
-                    response: r.try_get("response").ctx("reading a delivery")?,
-                    chat_id: r.try_get("chat_id").ctx("reading a delivery")?,
-                    created_at: r.try_get("created_at").ctx("reading a delivery")?,
-                    finished_at: r.try_get("finished_at").ctx("reading a delivery")?,
-                    body: serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
-                })
-            })
-            .collect()
+        rows.iter().map(view_from_row).collect()
+    }
+
+    /// One delivery by id, whatever its state.
+    pub async fn delivery(&self, id: &str) -> Result<Option<DeliveryView>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {VIEW_COLUMNS} FROM outbox WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .ctx("reading a delivery")?;
+        row.as_ref().map(view_from_row).transpose()
     }
 
     /// Sends dead letters again, with their delivery ids: `ids` or, when
@@ -352,7 +443,8 @@ impl Store {
         for (id,) in &candidates {
             sqlx::query(
                 "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = $1, \
-                 give_up_at = NULL, lease_until = NULL, finished_at = NULL WHERE id = $2",
+                 give_up_at = NULL, first_attempt_at = NULL, hold_until = NULL, \
+                 lease_until = NULL, finished_at = NULL WHERE id = $2",
             )
             .bind(now)
             .bind(id.as_str())

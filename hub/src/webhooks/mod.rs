@@ -45,6 +45,43 @@ pub struct Outgoing {
     pub payload: Value,
     pub channel_id: Option<i64>,
     pub chat_id: Option<i64>,
+    /// The client the event is about, when it is not a chat's: its snapshots
+    /// go out in order too.
+    pub client_id: Option<i64>,
+}
+
+/// Added to every webhook payload: a number that grows with every webhook
+/// the hub queues (in the order of the changes), and the change's Unix time
+/// in seconds, so a receiver can discard a stale snapshot that arrives late.
+pub const SEQUENCE_FIELD: &str = "sequence";
+pub const TIME_FIELD: &str = "event_ts";
+
+/// The next webhook sequence number, taken in the caller's transaction so the
+/// numbers follow the order in which changes commit.
+async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> {
+    let row: (i64,) = sqlx::query_as(
+        "UPDATE counters SET value = value + 1 WHERE name = 'webhook_sequence' RETURNING value",
+    )
+    .fetch_one(conn)
+    .await
+    .map_err(|source| StoreError::Db {
+        context: "numbering a webhook",
+        source,
+    })?;
+    Ok(row.0)
+}
+
+/// Puts the order fields of `original` back into a payload plugins changed:
+/// a plugin may change what a webhook says, not where it stands in order.
+pub fn keep_order_fields(original: &Value, changed: &mut Value) {
+    if let (Some(from), Some(to)) = (original.as_object(), changed.as_object_mut()) {
+        for field in [SEQUENCE_FIELD, TIME_FIELD] {
+            match from.get(field) {
+                Some(v) => to.insert(field.to_owned(), v.clone()),
+                None => to.remove(field),
+            };
+        }
+    }
 }
 
 /// Queues `out` for `to` in the caller's transaction and logs its event.
@@ -54,7 +91,12 @@ pub async fn queue(
     to: &Receiver,
     now: i64,
 ) -> Result<uuid::Uuid, StoreError> {
-    let mut event = Event::new(out.kind, Direction::Out, out.payload);
+    let mut payload = out.payload;
+    if let Some(fields) = payload.as_object_mut() {
+        fields.insert(SEQUENCE_FIELD.to_owned(), next_sequence(conn).await?.into());
+        fields.insert(TIME_FIELD.to_owned(), (now / 1000).into());
+    }
+    let mut event = Event::new(out.kind, Direction::Out, payload);
     event.channel_id = out.channel_id;
     event.chat_id = out.chat_id;
     let sync = matches!(
@@ -72,11 +114,15 @@ pub async fn queue(
         body: event.payload.to_string(),
         chunked: false,
         // A chat's webhooks reach the receiver in the order they happened;
-        // so do CRM webhooks (a retried created_* must not follow its updated_*).
+        // so do a client's snapshots and CRM webhooks (a retried created_*
+        // must not follow its updated_*). The order holds for a bounded time
+        // (`[webhooks] order_hold_ms`), so one failing event cannot stall the rest.
         order_key: if event.kind.as_str().starts_with(CRM_PREFIX) {
             Some("crm".to_owned())
+        } else if let Some(chat) = event.chat_id {
+            Some(format!("webhook:chat:{chat}"))
         } else {
-            event.chat_id.map(|c| format!("webhook:chat:{c}"))
+            out.client_id.map(|c| format!("webhook:client:{c}"))
         },
         message_id: None,
         chat_id: event.chat_id,
@@ -110,6 +156,7 @@ pub async fn queue_crm(
         payload,
         channel_id: None,
         chat_id: None,
+        client_id: None,
     };
     queue(conn, out, &to, now).await.map(|_| ())
 }
@@ -145,6 +192,28 @@ pub async fn queue_event(
     event: WebhookEvent,
     now: i64,
 ) -> Result<(), StoreError> {
+    queue_about(conn, channel_id, chat_id, None, event, now).await
+}
+
+/// Queues an event webhook about a client outside a chat (kept in order per client).
+async fn queue_client_event(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    client_id: i64,
+    event: WebhookEvent,
+    now: i64,
+) -> Result<(), StoreError> {
+    queue_about(conn, channel_id, None, Some(client_id), event, now).await
+}
+
+async fn queue_about(
+    conn: &mut AnyConnection,
+    channel_id: i64,
+    chat_id: Option<i64>,
+    client_id: Option<i64>,
+    event: WebhookEvent,
+    now: i64,
+) -> Result<(), StoreError> {
     let kind = format!("{EVENT_PREFIX}{}", event.event_name());
     let payload = serde_json::to_value(&event)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode a webhook: {e}")))?;
@@ -154,6 +223,7 @@ pub async fn queue_event(
         payload,
         channel_id: Some(channel_id),
         chat_id,
+        client_id,
     };
     queue(conn, out, &to, now).await.map(|_| ())
 }
@@ -166,7 +236,9 @@ pub async fn queue_client_updated(
     now: i64,
 ) -> Result<(), StoreError> {
     match payload::client_updated(conn, client_id).await? {
-        Some((channel_id, event)) => queue_event(conn, channel_id, None, event, now).await,
+        Some((channel_id, event)) => {
+            queue_client_event(conn, channel_id, client_id, event, now).await
+        }
         None => Ok(()),
     }
 }
@@ -178,7 +250,9 @@ pub async fn queue_client_attribute_updated(
     now: i64,
 ) -> Result<(), StoreError> {
     match payload::client_attribute_updated(conn, client_id).await? {
-        Some((channel_id, event)) => queue_event(conn, channel_id, None, event, now).await,
+        Some((channel_id, event)) => {
+            queue_client_event(conn, channel_id, client_id, event, now).await
+        }
         None => Ok(()),
     }
 }

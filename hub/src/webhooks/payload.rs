@@ -32,7 +32,7 @@ async fn known(conn: &mut AnyConnection, client_id: i64) -> Result<Option<Known>
     let row = sqlx::query(
         "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
          c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
-         (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count \
+         c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count \
          FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
     )
     .bind(client_id)
@@ -47,8 +47,12 @@ async fn known(conn: &mut AnyConnection, client_id: i64) -> Result<Option<Known>
         email: get(&row, "email")?,
         phone: get(&row, "phone")?,
         description: get(&row, "description")?.unwrap_or_default(),
-        // Client ids count up from 1 across the installation: the visitor number.
-        number: Label(client_id.to_string()),
+        number: Label(
+            row.try_get::<Option<i64>, _>("visitor_number")
+                .ctx("reading a client")?
+                .unwrap_or_default()
+                .to_string(),
+        ),
         social: None,
         chats_count: u64::try_from(chats_count).unwrap_or(0),
     };

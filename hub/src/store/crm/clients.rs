@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use sqlx::{AnyConnection, Row};
 
 use super::{organizations, statuses, tags};
+use crate::store::chats::NEXT_VISITOR_NUMBER;
 use crate::store::{Ctx, StoreError};
 
 /// A client created through the CRM rather than by a customer message.
@@ -347,12 +348,13 @@ pub async fn insert(
         .custom_data
         .as_ref()
         .map(|m| Value::Object(m.clone()).to_string());
-    let row: Option<(i64,)> = sqlx::query_as(
+    let sql = format!(
         "INSERT INTO clients (channel_id, external_key, external_id_json, name, photo, \
-         description, crm_link, custom_data, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) \
-         ON CONFLICT (channel_id, external_key) DO NOTHING RETURNING id",
-    )
+         description, crm_link, custom_data, created_at, updated_at, visitor_number) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, {NEXT_VISITOR_NUMBER}) \
+         ON CONFLICT (channel_id, external_key) DO NOTHING RETURNING id"
+    );
+    let row: Option<(i64,)> = sqlx::query_as(&sql)
     .bind(new.channel_id)
     .bind(new.external_id.as_key())
     .bind(id_json)
