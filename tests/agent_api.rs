@@ -610,3 +610,43 @@ async fn the_hub_serves_its_openapi_document() {
     }
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn duplicate_json_keys_are_refused_with_400() {
+    let office = Office::open().await;
+    let chat = office.chat_from(&office.web, &office.ann, 1).await;
+    done(&office.ann, chat, "accept").await;
+    let path = format!("/agent/v1/chats/{chat}/messages");
+    let answer = raw(
+        &office.hub,
+        Method::POST,
+        &path,
+        Some(&office.ann.token),
+        r#"{"type":"text","text":"first","text":"second"}"#,
+    )
+    .await;
+    assert_error("duplicate text", &answer, 400);
+    assert_eq!(answer.1["error"]["code"], "invalid_request");
+    assert!(
+        answer.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#"duplicate key "text""#)),
+        "{}",
+        answer.1
+    );
+    // Only the customer's greeting; nothing reached the integrator.
+    assert_eq!(messages(&office.ann, chat).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(office.integrator.requests().is_empty(), "a reply was sent");
+
+    let answer = raw(
+        &office.hub,
+        Method::PUT,
+        "/agent/v1/status",
+        Some(&office.ann.token),
+        r#"{"online":true,"online":false}"#,
+    )
+    .await;
+    assert_error("duplicate online", &answer, 400);
+    office.hub.shutdown().await;
+}

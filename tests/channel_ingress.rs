@@ -897,3 +897,180 @@ async fn a_customer_without_a_name_appears_as_anonymous() {
     }
     desk.hub.shutdown().await;
 }
+
+/// A hub whose `[server]` read timeouts are short enough for a test.
+async fn desk_with_timeouts(header_timeout_ms: u64, body_timeout_ms: u64) -> Desk {
+    let hub = TestHub::start_with_config(HubOptions::default(), |c| {
+        c.server.header_timeout_ms = header_timeout_ms;
+        c.server.body_timeout_ms = body_timeout_ms;
+    })
+    .await;
+    let agent = hub.create_agent("Ann", "ann@example.com").await;
+    let ch = hub
+        .create_channel("web", NOWHERE, false, &["ann@example.com"])
+        .await;
+    Desk { hub, agent, ch }
+}
+
+/// What a raw TCP client saw of a request it sent slowly.
+#[derive(Debug)]
+struct Slow {
+    /// Everything the hub sent back.
+    response: String,
+    /// From the connection to the end of the answer.
+    elapsed: Duration,
+    /// The hub closed the connection (a read returned 0), rather than the
+    /// client giving up waiting or the connection being reset.
+    closed: bool,
+}
+
+/// Connects to the hub, sends `head`, then one byte of `trickle` every
+/// `every` until the hub starts answering, and reads until the hub closes the
+/// connection (or 10 s pass).
+async fn slow_request(hub: &TestHub, head: &str, trickle: &[u8], every: Duration) -> Slow {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let addr = hub.base.trim_start_matches("http://");
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the hub");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("send the head");
+    let mut response = Vec::new();
+    let mut pending = trickle.iter();
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await; // the first tick is immediate
+    let give_up = tokio::time::sleep(Duration::from_secs(10));
+    tokio::pin!(give_up);
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(0) => break true,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+                Err(_) => break false,
+            },
+            _ = tick.tick(), if response.is_empty() => {
+                if let Some(byte) = pending.next() {
+                    // The hub may have closed already; the read says so.
+                    let _ = stream.write_all(&[*byte]).await;
+                }
+            }
+            _ = &mut give_up => break false,
+        }
+    };
+    Slow {
+        response: String::from_utf8_lossy(&response).into_owned(),
+        elapsed: started.elapsed(),
+        closed,
+    }
+}
+
+fn path_of(url: &str) -> &str {
+    let rest = url.trim_start_matches("http://");
+    rest.find('/').map_or("/", |i| &rest[i..])
+}
+
+#[tokio::test]
+async fn a_body_sent_too_slowly_gets_408_and_a_closed_connection() {
+    let desk = desk_with_timeouts(10_000, 1500).await;
+    let body = from(json!("slow"), json!({ "type": "text", "text": "trickled" })).to_string();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: hub\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n",
+        path_of(&desk.ch.endpoint_url)
+    );
+    let slow = slow_request(&desk.hub, &head, body.as_bytes(), Duration::from_secs(1)).await;
+    assert!(slow.response.starts_with("HTTP/1.1 408"), "{slow:?}");
+    assert!(
+        slow.response
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "{slow:?}"
+    );
+    assert!(slow.response.contains("text/plain"), "{slow:?}");
+    assert!(slow.closed, "the connection stayed open: {slow:?}");
+    assert!(
+        slow.elapsed >= Duration::from_millis(1400) && slow.elapsed < Duration::from_secs(5),
+        "answered after {:?}",
+        slow.elapsed
+    );
+    assert!(desk.all_chats().await.is_empty(), "a slow body was stored");
+
+    // The hub goes on serving others.
+    desk.hub.say(&desk.ch, json!("fast"), "hello").await;
+    assert_eq!(desk.messages().await.len(), 1);
+    desk.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn headers_sent_too_slowly_get_408_and_a_closed_connection() {
+    let desk = desk_with_timeouts(1000, 30_000).await;
+    // Part of a head, then the rest a byte at a time: arriving bytes do not
+    // extend the deadline.
+    let head = format!("POST {} HTTP/1.1\r\n", path_of(&desk.ch.endpoint_url));
+    let rest = b"Host: hub\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    let slow = slow_request(&desk.hub, &head, rest, Duration::from_millis(200)).await;
+    assert!(slow.response.starts_with("HTTP/1.1 408"), "{slow:?}");
+    assert!(
+        slow.response
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "{slow:?}"
+    );
+    assert!(slow.closed, "the connection stayed open: {slow:?}");
+    assert!(
+        slow.elapsed >= Duration::from_millis(900) && slow.elapsed < Duration::from_secs(5),
+        "answered after {:?}",
+        slow.elapsed
+    );
+
+    // A connection that never sends a byte is closed too, without an answer
+    // (it may be an idle keep-alive connection about to send a request).
+    let idle = slow_request(&desk.hub, "", b"", Duration::from_secs(1)).await;
+    assert!(idle.closed, "an idle connection stayed open: {idle:?}");
+    assert_eq!(idle.response, "", "{idle:?}");
+    assert!(idle.elapsed < Duration::from_secs(5), "{idle:?}");
+
+    assert!(
+        desk.all_chats().await.is_empty(),
+        "a slow request was stored"
+    );
+    desk.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn duplicate_keys_are_refused_with_400_naming_the_key() {
+    let desk = Desk::open().await;
+    for (body, reason) in [
+        (
+            r#"{"sender":{"id":"a"},"sender":{"id":"b"},"message":{"type":"text","text":"hi"}}"#,
+            r#"duplicate key "sender""#,
+        ),
+        (
+            r#"{"sender":{"id":"a","id":"b"},"message":{"type":"text","text":"hi"}}"#,
+            r#"duplicate key "id" in sender"#,
+        ),
+        (
+            r#"{"sender":{"id":"a"},"message":{"type":"text","text":"hi","\u0074ext":"bye"}}"#,
+            r#"duplicate key "text" in message"#,
+        ),
+    ] {
+        let a = desk.post(body).await;
+        assert_eq!(a.status, 400, "{body}: {a:?}");
+        assert!(a.content_type.starts_with("text/plain"), "{a:?}");
+        assert_eq!(a.body.trim_end(), reason, "{body}");
+    }
+    assert!(
+        desk.all_chats().await.is_empty(),
+        "a duplicate-key body was stored"
+    );
+
+    // The same key in two different objects is no duplicate.
+    desk.accepted(r#"{"sender":{"id":"a"},"message":{"type":"text","text":"hi","id":"a"}}"#)
+        .await;
+    desk.hub.shutdown().await;
+}

@@ -582,6 +582,15 @@ async fn every_event_of_the_spec_table_reaches_the_crm() {
     // The receiver got every name of the table, each with its own type.
     crm_events(&o.crm, "deleted_client", 1).await;
     let bodies = crm_bodies(&o.crm);
+    // CRM webhooks go out in the order of the changes, numbered so.
+    let sequence: Vec<i64> = bodies
+        .iter()
+        .map(|b| b["sequence"].as_i64().expect("sequence"))
+        .collect();
+    assert!(
+        sequence.windows(2).all(|w| w[0] < w[1]),
+        "sequence numbers grow in arrival order: {sequence:?}"
+    );
     let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     for b in &bodies {
         assert_eq!(b["site_id"], SITE_ID, "{b}");
@@ -591,7 +600,11 @@ async fn every_event_of_the_spec_table_reaches_the_crm() {
             .keys()
             .map(String::as_str)
             .collect();
-        assert_eq!(keys, BTreeSet::from(["site_id", "event_type", "event"]));
+        // The spec's envelope plus the hub's order fields (docs/webhooks.md).
+        assert_eq!(
+            keys,
+            BTreeSet::from(["site_id", "event_type", "event", "sequence", "event_ts"])
+        );
         seen.insert((
             b["event_type"].as_str().unwrap_or_default().to_owned(),
             b["event"]["event_name"]

@@ -867,7 +867,9 @@ async fn cut_off_integrator() -> (String, std::sync::Arc<std::sync::Mutex<Vec<St
 async fn an_answer_cut_off_after_its_status_line_is_retried_with_the_same_delivery_id() {
     let (url, heads) = cut_off_integrator().await;
     let hub = TestHub::start().await;
-    let ch = hub.create_channel("shop", &url, false, &[AGENT_EMAIL]).await;
+    let ch = hub
+        .create_channel("shop", &url, false, &[AGENT_EMAIL])
+        .await;
     let agent = agent_with_photo(&hub).await;
     hub.say(&ch, json!(7), "hello").await;
     let chat_id = chat_ids(&agent).await[0];

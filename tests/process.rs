@@ -592,8 +592,7 @@ async fn the_default_hub_toml_is_valid_and_wires_the_redact_plugin() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn after_kill_9_mid_attempt_the_restarted_hub_retries_at_once_with_the_next_attempt_number()
-{
+async fn after_kill_9_mid_attempt_the_restarted_hub_retries_at_once_with_the_next_attempt_number() {
     // A slow integrator keeps the first attempt in flight when the hub dies;
     // its lease (longest policy timeout + 5 s = 15 s) must not hold the chat.
     let (_dir, config) = setup(&HubOptions {

@@ -1226,3 +1226,384 @@ async fn a_plugin_drop_means_the_receiver_gets_nothing() {
     assert!(results.iter().any(|r| r["kind"] == "webhook.chat_finished"));
     d.stop().await;
 }
+
+// --------------------------------------------------------- lenient replies
+
+/// `GET /admin/v1/deliveries/{id}`.
+async fn delivery_by_id(d: &Desk, id: &str) -> (u16, Value) {
+    let resp = d
+        .hub
+        .http
+        .get(d.hub.url(&format!("/admin/v1/deliveries/{id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("delivery request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_php_reply_with_an_empty_array_for_contact_info_is_still_applied() {
+    let d = Desk::open().await;
+    // PHP's json_encode writes an empty array as `[]`, whatever it stands for.
+    let php = r#"{"result":"ok","custom_data":[{"title":"Lead","content":"x"}],"contact_info":[],"enable_assign":false,"crm_link":"https://crm.example.com/c/1"}"#;
+    d.receiver.script([Reply::json(200, php)]);
+    let chat = d
+        .customer_says(json!({ "id": 61, "name": "Kim" }), "hi")
+        .await;
+    d.accept(chat).await;
+    let shown = d.integration(chat).await;
+    assert_eq!(
+        shown,
+        json!({ "custom_data": [{ "content": "x", "title": "Lead" }],
+                "enable_assign": false, "crm_link": "https://crm.example.com/c/1" })
+    );
+    assert_eq!(d.chat_view(chat).await["client"]["name"], "Kim");
+    let listed = d.settled("webhook.chat_accepted", "delivered").await;
+    let id = listed["id"].as_str().expect("delivery id");
+    let (status, one) = delivery_by_id(&d, id).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["id"], id);
+    assert_eq!(one["kind"], "webhook.chat_accepted");
+    assert_eq!(one["state"], "delivered");
+    assert_eq!(one["response"], php);
+    assert_eq!(one["notes"], json!([]), "nothing was malformed");
+    // The CRM link the reply offered can be followed.
+    let (status, v) = d
+        .ann
+        .send(
+            Method::POST,
+            &format!("/agent/v1/chats/{chat}/crm-link"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    // An unknown id is the API's 404.
+    let (status, v) = delivery_by_id(&d, "00000000-0000-0000-0000-000000000000").await;
+    assert_eq!(status, 404);
+    assert_eq!(v["error"]["code"], "not_found");
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_reply_fields_are_skipped_alone_noted_on_the_delivery_and_counted() {
+    let d = Desk::open().await;
+    let reply = json!({
+        "result": "ok",
+        "custom_data": [{ "title": "Visits", "content": 3 },
+                        { "title": "Bad", "content": { "n": 1 } }],
+        "contact_info": {},
+        "enable_assign": 1,
+        "crm_link": false,
+        "page": []
+    });
+    d.receiver.script([Reply::json(200, &reply.to_string())]);
+    let chat = d.customer_says(json!({ "id": 62 }), "hi").await;
+    d.accept(chat).await;
+    let shown = d.integration(chat).await;
+    assert_eq!(
+        shown,
+        json!({ "custom_data": [{ "content": "3", "title": "Visits" }], "enable_assign": true })
+    );
+    let listed = d.settled("webhook.chat_accepted", "delivered").await;
+    let id = listed["id"].as_str().expect("delivery id");
+    let (status, one) = delivery_by_id(&d, id).await;
+    assert_eq!(status, 200, "{one}");
+    // Notes name only the bad fields; `{}`, `[]` and `1` were fine.
+    assert_eq!(
+        one["notes"],
+        json!([
+            "custom_data[1].content: expected text, got an object",
+            "crm_link: expected text, got false"
+        ])
+    );
+    // Counted per hub, by event and field.
+    for field in ["custom_data", "crm_link"] {
+        let series = format!(
+            "hub_webhook_reply_fields_skipped_total{{event=\"chat_accepted\",field=\"{field}\"}}"
+        );
+        eventually(WAIT, &series, || async {
+            d.hub
+                .metrics()
+                .await
+                .get(&series)
+                .is_some_and(|n| *n == 1.0)
+                .then_some(())
+        })
+        .await;
+    }
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn contact_info_without_a_name_keeps_the_name_and_sets_what_it_gives() {
+    let d = Desk::open().await;
+    let chat = d
+        .customer_says(json!({ "id": 63, "name": "Kim" }), "hi")
+        .await;
+    d.receiver.script([Reply::json(
+        200,
+        r#"{"result":"ok","contact_info":{"phone":15550101,"email":"kim@example.com"},
+            "enable_assign":"0","page":{"url":"https://shop.example.com/p/7","title":7}}"#,
+    )]);
+    d.accept(chat).await;
+    let shown = d.integration(chat).await;
+    assert_eq!(
+        shown,
+        json!({ "contact_info": { "phone": "15550101", "email": "kim@example.com" },
+                "enable_assign": false,
+                "page": { "url": "https://shop.example.com/p/7", "title": "7" } })
+    );
+    let view = d.chat_view(chat).await;
+    assert_eq!(view["client"]["name"], "Kim");
+    assert_eq!(view["client"]["phone"], "15550101");
+    assert_eq!(view["client"]["email"], "kim@example.com");
+    let listed = d.settled("webhook.chat_accepted", "delivered").await;
+    assert_eq!(listed["notes"], json!([]));
+    d.close(chat).await;
+    let e = d.event("chat_finished").await;
+    assert_eq!(e["page"]["url"], "https://shop.example.com/p/7");
+    d.stop().await;
+}
+
+/// A desk whose `[webhooks]` table is exactly `policies` (no fast defaults).
+async fn desk_with_policies(policies: &str) -> Desk {
+    let receiver = Integrator::start().await;
+    let customer = Integrator::start().await;
+    let hub = TestHub::start_with(HubOptions {
+        extra_toml: format!("[webhooks]\n{policies}\n"),
+        ..HubOptions::default()
+    })
+    .await;
+    let ann = hub.create_agent("Ann", "ann@example.com").await;
+    let resp = hub
+        .admin_post(
+            "/admin/v1/channels",
+            json!({ "name": "web", "customer_endpoint": customer.url,
+                    "agents": ["ann@example.com"], "webhook_url": receiver.url }),
+        )
+        .await;
+    assert_eq!(resp.status(), 201, "channel creation");
+    let raw: Value = resp.json().await.expect("channel json");
+    let web = TestChannel {
+        public_id: raw["public_id"].as_str().expect("public_id").to_owned(),
+        endpoint_url: raw["endpoint_url"].as_str().expect("endpoint").to_owned(),
+        status_url: raw["status_url"].as_str().expect("status").to_owned(),
+        raw,
+    };
+    Desk {
+        hub,
+        receiver,
+        customer,
+        web,
+        ann,
+    }
+}
+
+/// The `sequence` of a webhook body.
+fn sequence_of(r: &Recorded) -> i64 {
+    let body = r.json();
+    body["sequence"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no sequence in {body}"))
+}
+
+#[tokio::test]
+async fn one_failing_event_holds_the_chats_later_webhooks_only_for_the_order_hold() {
+    // The failed call_event is retried 4 s later; the order hold is 300 ms.
+    let d = desk_with_policies(
+        "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
+         attempts = 3\ntimeout_ms = 500\nretry_interval_ms = 4000\nbackoff = 1.0\n\
+         order_hold_ms = 300\n",
+    )
+    .await;
+    let chat = d
+        .customer_says(json!({ "id": 21, "phone": "+15550111" }), "call me")
+        .await;
+    // call_event fails once; everything else succeeds.
+    d.receiver.script([Reply::json(500, "receiver bug")]);
+    let (status, started) = d
+        .ann
+        .post(
+            "/agent/v1/calls",
+            json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    d.wait_for("call_event", 1).await;
+    d.close(chat).await;
+    let finished = d.wait_for("chat_finished", 1).await.remove(0);
+    let calls = d.got("call_event");
+    assert_eq!(
+        calls.len(),
+        1,
+        "chat_finished went out while the failed call_event waits for its retry"
+    );
+    // The failed event goes on retrying on its own and arrives.
+    let calls = eventually(Duration::from_secs(8), "the call_event retry", || {
+        let got = d.got("call_event");
+        async move { (got.len() >= 2).then_some(got) }
+    })
+    .await;
+    assert_eq!(
+        calls[1].header("x-hub-delivery"),
+        calls[0].header("x-hub-delivery")
+    );
+    // Receivers can put them back in order.
+    assert!(sequence_of(&calls[1]) < sequence_of(&finished));
+    assert_eq!(
+        sequence_of(&calls[1]),
+        sequence_of(&calls[0]),
+        "a retry keeps its number"
+    );
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_event_still_holds_the_chats_next_event_within_the_order_hold() {
+    // Hold longer than the retry: order is kept exactly.
+    let d = desk_with_policies(
+        "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
+         attempts = 3\ntimeout_ms = 500\nretry_interval_ms = 500\nbackoff = 1.0\n\
+         order_hold_ms = 10000\n",
+    )
+    .await;
+    let chat = d
+        .customer_says(json!({ "id": 22, "phone": "+15550111" }), "call me")
+        .await;
+    d.receiver.script([Reply::json(500, "receiver bug")]);
+    let (status, started) = d
+        .ann
+        .post(
+            "/agent/v1/calls",
+            json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    d.wait_for("call_event", 1).await;
+    d.close(chat).await;
+    d.wait_for("chat_finished", 1).await;
+    let names: Vec<String> = d
+        .receiver
+        .requests()
+        .iter()
+        .map(|r| {
+            r.json()["event_name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .filter(|n| n == "call_event" || n == "chat_finished")
+        .collect();
+    assert_eq!(names, ["call_event", "call_event", "chat_finished"]);
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn snapshots_of_one_client_arrive_in_order_with_growing_sequence_numbers() {
+    let d = Desk::open().await;
+    let chat = d
+        .customer_says(json!({ "id": 23, "name": "Gus" }), "hi")
+        .await;
+    let client = d.chat_view(chat).await["client"]["id"]
+        .as_i64()
+        .expect("client id");
+    let (_, lead) = d
+        .ann
+        .post(
+            "/agent/v1/crm/statuses",
+            json!({"title": "Lead", "color": "#FFCC00"}),
+        )
+        .await;
+    let lead = lead["status_id"].as_i64().expect("status id");
+    // Let anything queued so far go out, then fail the first snapshot once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.receiver.script([Reply::json(500, "busy")]);
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/crm/clients/{client}/assigned_agent"),
+            Some(json!({ "agent_id": d.ann.id })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/crm/clients/{client}/status"),
+            Some(json!({ "status_id": lead })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    d.wait_for("client_updated", 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let updates: Vec<Value> = d.got("client_updated").iter().map(Recorded::json).collect();
+    assert_eq!(updates.len(), 3, "{updates:?}");
+    assert!(
+        updates[..2]
+            .iter()
+            .all(|u| u["status"]["id"] != json!(lead)),
+        "the older snapshot (tried twice) first: {updates:#?}"
+    );
+    assert_eq!(
+        updates[2]["status"]["id"],
+        json!(lead),
+        "the receiver ends with the newest snapshot, not the retried older one"
+    );
+    let seq = |v: &Value| v["sequence"].as_i64().expect("sequence");
+    assert!(seq(&updates[0]) == seq(&updates[1]) && seq(&updates[1]) < seq(&updates[2]));
+    let ts = updates[2]["event_ts"].as_i64().expect("event_ts");
+    let now = now_secs();
+    assert!(
+        (now - 60..=now + 1).contains(&ts),
+        "event_ts {ts} is the change's time"
+    );
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn visitor_numbers_count_one_two_three_whatever_the_messages() {
+    let d = Desk::open().await;
+    // Six visitors; some write several times (each write upserts the client).
+    let mut numbers = Vec::new();
+    for (i, id) in [31, 32, 33, 34, 35, 36].into_iter().enumerate() {
+        for n in 0..=(i % 3) {
+            let (status, body) = d
+                .hub
+                .customer(
+                    &d.web,
+                    json!({ "sender": { "id": id }, "message": { "type": "text", "text": format!("m{n}") } }),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let chats = d.ann.chats().await;
+        let chat = chats
+            .iter()
+            .find(|c| c["state"] != "closed" && !numbers.iter().any(|(c2, _)| *c2 == c["id"]))
+            .expect("the visitor's chat")["id"]
+            .clone();
+        let view = d.chat_view(chat.as_i64().expect("chat id")).await;
+        numbers.push((chat, view["client"]["visitor_number"].clone()));
+    }
+    let shown: Vec<Value> = numbers.iter().map(|(_, n)| n.clone()).collect();
+    assert_eq!(shown, [1, 2, 3, 4, 5, 6].map(|n| json!(n)), "agent view");
+    // Webhooks carry the same numbers (as text, per the spec's field table).
+    for (chat, number) in &numbers {
+        d.accept(chat.as_i64().expect("chat id")).await;
+        let accepted = eventually(WAIT, "chat_accepted of the chat", || {
+            let found = d
+                .got("chat_accepted")
+                .into_iter()
+                .map(|r| r.json())
+                .find(|e| e["chat_id"] == *chat);
+            async move { found }
+        })
+        .await;
+        assert_eq!(accepted["visitor"]["number"], json!(number.to_string()));
+    }
+    d.stop().await;
+}

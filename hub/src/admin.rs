@@ -42,6 +42,8 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         (Method::GET, ["plugins"]) => list_plugins(app),
         (Method::PUT, ["channels", id, "webhook"]) => set_webhook(app, req, id).await,
         (Method::GET, ["deliveries"]) => list_deliveries(app, &req).await,
+        // `replay` is a path of its own (POST only), never a delivery id.
+        (Method::GET, ["deliveries", id]) if *id != "replay" => get_delivery(app, id).await,
         (Method::POST, ["deliveries", "replay"]) => replay(app, Vec::new()).await,
         (Method::POST, ["deliveries", id, "replay"]) => replay(app, vec![(*id).to_owned()]).await,
         (_, ["deliveries", ..] | ["plugins"] | ["channels", _, "webhook"]) => method_not_allowed(),
@@ -68,10 +70,10 @@ fn store_failure(e: ProvisionError) -> Resp {
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
-    let bytes = read_body(req, app.config.server.max_body_bytes)
+    let bytes = read_body(req, &app.config.server)
         .await
         .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    crate::web::parse_json(&bytes).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
@@ -279,6 +281,19 @@ async fn list_deliveries(app: &App, req: &Request<Incoming>) -> Resp {
     }
     match app.store.list_deliveries(state, limit).await {
         Ok(list) => json(StatusCode::OK, &json!({ "deliveries": list })),
+        Err(e) => store_failure(e.into()),
+    }
+}
+
+/// `GET /admin/v1/deliveries/{id}`: one delivery in any state, with its notes.
+async fn get_delivery(app: &App, id: &str) -> Resp {
+    match app.store.delivery(id).await {
+        Ok(Some(delivery)) => json(StatusCode::OK, &delivery),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no delivery has this id",
+        ),
         Err(e) => store_failure(e.into()),
     }
 }

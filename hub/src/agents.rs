@@ -19,7 +19,7 @@ use crate::app::App;
 use crate::conversations::{CoreError, client_view};
 use crate::ids::token_hash;
 use crate::store::Agent;
-use crate::web::{Resp, bearer, error, json, method_not_allowed, read_body};
+use crate::web::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/agent/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -151,10 +151,10 @@ async fn json_body<T: for<'de> Deserialize<'de>>(
     app: &App,
     req: Request<Incoming>,
 ) -> Result<T, Resp> {
-    let body = read_body(req, app.config.server.max_body_bytes)
+    let body = read_body(req, &app.config.server)
         .await
         .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
-    serde_json::from_slice(&body).map_err(|e| {
+    parse_json(&body).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
             "invalid_request",

@@ -61,7 +61,7 @@ async fn availability(app: &App, channel: &Channel) -> Resp {
 }
 
 async fn customer_message(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
-    let body = match read_body(req, app.config.server.max_body_bytes).await {
+    let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
         Err(e) => return text(e.status(), e.reason()),
     };

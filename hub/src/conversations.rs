@@ -18,8 +18,8 @@ use crate::live::{Live, LiveEvent};
 use crate::pipeline::FORWARD_KIND;
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
 use crate::store::chats::{
-    NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message, integration_of,
-    live_chat_of_client, set_client_contact, set_integration,
+    ContactUpdate, NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message,
+    integration_of, live_chat_of_client, set_client_contact, set_integration,
 };
 use crate::store::chats::{set_chat_state, set_message_delivery, upsert_client};
 use crate::store::events::insert_event;
@@ -60,6 +60,8 @@ pub struct Conversations {
     pub(crate) kick: Kick,
     /// The Safe URL setting for custom data from webhook replies.
     safe_url: bool,
+    /// Malformed reply fields left out, for `/metrics`.
+    reply_skips: reply::SkippedCounts,
 }
 
 impl Conversations {
@@ -76,7 +78,12 @@ impl Conversations {
             pipeline,
             kick,
             safe_url,
+            reply_skips: reply::SkippedCounts::default(),
         })
+    }
+
+    pub fn reply_skips(&self) -> &reply::SkippedCounts {
+        &self.reply_skips
     }
 
     /// A customer message or typing notification from the integrator.
@@ -585,11 +592,13 @@ impl Finisher for Conversations {
                     "the event behind this delivery is gone".to_owned(),
                 )));
             };
-            let routed = self.pipeline.run(event).await;
+            let original = event.payload.clone();
+            let mut routed = self.pipeline.run(event).await;
             let mut w = self.store.begin_write().await?;
             enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;
             let staged = match routed.verdict {
                 Verdict::Continue => {
+                    webhooks::keep_order_fields(&original, &mut routed.event.payload);
                     let body = routed.event.payload.to_string();
                     unstage(&mut w.tx, &row.id, &body).await?;
                     Staged::Send { body }
@@ -674,7 +683,7 @@ impl Finisher for Conversations {
                     ) =>
                 {
                     reply::read(answer, reply::host_of(&row.target_url), self.safe_url)
-                        .map(|i| (chat, i))
+                        .map(|r| (chat, r))
                 }
                 _ => None,
             };
@@ -688,14 +697,36 @@ impl Finisher for Conversations {
                 set_message_delivery(&mut w.tx, message_id, state, error).await?;
             }
             let shown = match &integration {
-                Some((chat, newer)) => {
-                    Some(apply_integration(&mut w.tx, chat, newer.clone(), now).await?)
+                Some((chat, read)) => {
+                    // Operators find what was left out on the delivery itself.
+                    for skipped in &read.skipped {
+                        crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string())
+                            .await?;
+                    }
+                    Some(apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?)
                 }
                 None => None,
             };
             insert_event(&mut w.tx, &event).await?;
             enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
             w.commit().await?;
+            // Logged and counted once committed, so a retried finish counts once.
+            if let Some((_, read)) = &integration {
+                let event_name = row
+                    .kind
+                    .strip_prefix(webhooks::EVENT_PREFIX)
+                    .unwrap_or(&row.kind);
+                for skipped in &read.skipped {
+                    tracing::warn!(
+                        delivery = %row.id,
+                        event = event_name,
+                        field = %skipped.path,
+                        problem = %skipped.problem,
+                        "left out a malformed field of a webhook reply"
+                    );
+                    self.reply_skips.count(event_name, skipped.field);
+                }
+            }
             if !routed.forwards.is_empty() {
                 self.kick.kick();
             }
@@ -720,7 +751,12 @@ async fn apply_integration(
 ) -> Result<reply::Integration, StoreError> {
     let mut shown: reply::Integration = integration_of(conn, chat.id).await?.unwrap_or_default();
     if let Some(contact) = &newer.contact_info {
-        set_client_contact(conn, chat.client_id, contact, now).await?;
+        let update = ContactUpdate {
+            name: contact.name.as_deref(),
+            phone: contact.phone.as_deref(),
+            email: contact.email.as_deref(),
+        };
+        set_client_contact(conn, chat.client_id, update, now).await?;
     }
     shown.merge(newer);
     set_integration(conn, chat.id, &shown).await?;
@@ -762,6 +798,7 @@ pub fn client_view(client: &Client) -> serde_json::Value {
         "id": client.id,
         "external_id": client.external_id,
         "name": client.display_name(),
+        "visitor_number": client.visitor_number,
         "phone": client.phone,
         "email": client.email,
         "photo": client.photo,

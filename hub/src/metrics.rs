@@ -1,5 +1,5 @@
 //! `/metrics` in the Prometheus text format: per-plugin calls, outcomes,
-//! errors by kind and time spent.
+//! errors by kind and time spent; webhook reply fields that were skipped.
 
 use std::fmt::Write;
 
@@ -66,7 +66,25 @@ fn render(app: &App) -> String {
         "Time spent in plugin calls.",
         "counter",
     );
+    render_reply_skips(&mut out, &app.conversations.reply_skips().snapshot());
     out
+}
+
+fn render_reply_skips(out: &mut String, counts: &[((String, &'static str), u64)]) {
+    let name = "hub_webhook_reply_fields_skipped_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Malformed fields of chat_accepted/chat_updated replies that were left out.\n\
+         # TYPE {name} counter"
+    );
+    for ((event, field), v) in counts {
+        let _ = writeln!(
+            out,
+            "{name}{{event=\"{}\",field=\"{}\"}} {v}",
+            escape(event),
+            escape(field)
+        );
+    }
 }
 
 fn escape(label: &str) -> String {
@@ -74,4 +92,27 @@ fn escape(label: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhooks::reply::SkippedCounts;
+
+    #[test]
+    fn skipped_reply_fields_are_counted_by_event_and_field() {
+        let counts = SkippedCounts::default();
+        counts.count("chat_updated", "page");
+        counts.count("chat_updated", "page");
+        counts.count("chat_accepted", "crm_link");
+        let mut out = String::new();
+        render_reply_skips(&mut out, &counts.snapshot());
+        assert!(out.contains("# TYPE hub_webhook_reply_fields_skipped_total counter\n"));
+        assert!(out.contains(
+            "hub_webhook_reply_fields_skipped_total{event=\"chat_updated\",field=\"page\"} 2\n"
+        ));
+        assert!(out.contains(
+            "hub_webhook_reply_fields_skipped_total{event=\"chat_accepted\",field=\"crm_link\"} 1\n"
+        ));
+    }
 }

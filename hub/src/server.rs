@@ -1,17 +1,23 @@
-//! The HTTP server: accepts connections, routes each request to its edge, and
-//! drains connections on shutdown.
+//! The HTTP server: accepts connections, routes each request to its edge,
+//! bounds how long a client may take to send a request, and drains
+//! connections on shutdown.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request, StatusCode};
+use http::header::CONNECTION;
+use http::{HeaderValue, Method, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
 
 use crate::app::App;
 use crate::web::{Resp, method_not_allowed, not_found, segments, text};
@@ -28,18 +34,37 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
+                    let header_timeout = app.config.server.header_timeout();
                     let app = app.clone();
                     let service = service_fn(move |req| {
                         let app = app.clone();
-                        async move { Ok::<_, std::convert::Infallible>(route(&app, req).await) }
+                        async move {
+                            let mut resp = route(&app, req).await;
+                            // A client too slow to send its request gets no
+                            // second chance on this connection: whatever it
+                            // still sends would be read as the next request.
+                            if resp.status() == StatusCode::REQUEST_TIMEOUT {
+                                resp.headers_mut()
+                                    .insert(CONNECTION, HeaderValue::from_static("close"));
+                            }
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
                     });
+                    let (socket, returned) = Socket::new(stream);
                     let conn = http1::Builder::new()
                         .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
-                        .serve_connection(TokioIo::new(stream), service);
+                        .header_read_timeout(header_timeout)
+                        .serve_connection(TokioIo::new(socket), service);
                     let conn = graceful.watch(conn);
                     tokio::spawn(async move {
-                        if let Err(e) = conn.await {
+                        // `conn` (and with it the socket) is dropped once this await ends.
+                        let Err(e) = conn.await else { return };
+                        if e.is_timeout()
+                            && let Ok((stream, head_started)) = returned.await
+                            && head_started
+                        {
+                            answer_header_timeout(stream).await;
+                        } else {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                     });
@@ -59,6 +84,130 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("connections still open after the shutdown grace");
+    }
+}
+
+/// What a client that sent part of a request head but not all of it within
+/// `server.header_timeout_ms` reads before the connection closes.
+const HEADER_TIMEOUT_REASON: &str = "request headers did not arrive in time\n";
+
+/// Answers a header read timeout with 408, then closes. hyper only closes the
+/// connection on this timeout, without an answer; the socket comes back to
+/// the connection task for this (see [`Socket`]).
+async fn answer_header_timeout(mut stream: TcpStream) {
+    let answer = format!(
+        "HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\
+         content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{HEADER_TIMEOUT_REASON}",
+        HEADER_TIMEOUT_REASON.len()
+    );
+    // Bounded, as a client that stopped sending may well have stopped reading.
+    let answered = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if !matches!(answered, Ok(Ok(()))) {
+        tracing::debug!("could not answer a header read timeout");
+    }
+}
+
+/// A connection's socket as hyper reads and writes it. When hyper lets go of
+/// it, it goes back to the connection task with whether a request head had
+/// started to arrive, so that a header read timeout can still be answered
+/// with 408 — but only when a request was under way: an idle keep-alive
+/// connection that times out is closed silently, since a client may be
+/// sending its next request at that moment and would read the 408 as its
+/// answer.
+struct Socket {
+    stream: Option<TcpStream>,
+    /// Bytes were read since the last bytes were written, i.e. since the
+    /// previous response: the next request has begun.
+    head_started: bool,
+    back: Option<oneshot::Sender<(TcpStream, bool)>>,
+}
+
+impl Socket {
+    fn new(stream: TcpStream) -> (Socket, oneshot::Receiver<(TcpStream, bool)>) {
+        let (back, returned) = oneshot::channel();
+        let socket = Socket {
+            stream: Some(stream),
+            head_started: false,
+            back: Some(back),
+        };
+        (socket, returned)
+    }
+
+    fn stream(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        // `stream` is only taken in `drop`.
+        self.stream
+            .as_mut()
+            .map(Pin::new)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        if let (Some(stream), Some(back)) = (self.stream.take(), self.back.take()) {
+            // The task may be gone (its receiver dropped); the socket then closes here.
+            let _ = back.send((stream, self.head_started));
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = this.stream()?.poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.head_started = true;
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = this.stream()?.poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.head_started = false;
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = this.stream()?.poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.head_started = false;
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().stream()?.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().stream()?.poll_shutdown(cx)
     }
 }
 

@@ -1,7 +1,8 @@
 //! HTTP plumbing shared by the edges: response builders, bounded body reading,
-//! bearer tokens and the JSON error body.
+//! JSON body parsing, bearer tokens and the JSON error body.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
@@ -10,6 +11,9 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::ServerConfig;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 pub type Resp = Response<Body>;
@@ -57,6 +61,8 @@ pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Resp
 #[derive(Debug)]
 pub enum BodyError {
     TooLarge(usize),
+    /// The whole body did not arrive within `server.body_timeout_ms`.
+    TimedOut(Duration),
     Broken(String),
 }
 
@@ -64,6 +70,8 @@ impl BodyError {
     pub fn status(&self) -> StatusCode {
         match self {
             BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            // The server closes the connection of every 408 (`server::serve`).
+            BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             BodyError::Broken(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -71,13 +79,20 @@ impl BodyError {
     pub fn reason(&self) -> String {
         match self {
             BodyError::TooLarge(limit) => format!("request body is larger than {limit} bytes"),
+            BodyError::TimedOut(after) => format!(
+                "request body did not arrive within {} ms",
+                after.as_millis()
+            ),
             BodyError::Broken(e) => format!("cannot read the request body: {e}"),
         }
     }
 }
 
-/// Reads a whole request body (Content-Length or chunked) up to `limit` bytes.
-pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, BodyError> {
+/// Reads a whole request body (Content-Length or chunked) up to
+/// `server.max_body_bytes`, within `server.body_timeout_ms` for the whole body:
+/// a client trickling bytes must not hold a connection and a task for ever.
+pub async fn read_body(req: Request<Incoming>, server: &ServerConfig) -> Result<Bytes, BodyError> {
+    let limit = server.max_body_bytes;
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -86,11 +101,25 @@ pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Bo
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(BodyError::TooLarge(limit));
     }
-    match Limited::new(req.into_body(), limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(limit)),
-        Err(e) => Err(BodyError::Broken(e.to_string())),
+    let timeout = server.body_timeout();
+    let collect = Limited::new(req.into_body(), limit).collect();
+    match tokio::time::timeout(timeout, collect).await {
+        Err(_elapsed) => Err(BodyError::TimedOut(timeout)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(limit)),
+        Ok(Err(e)) => Err(BodyError::Broken(e.to_string())),
     }
+}
+
+/// Parses a JSON request body into `T`, refusing duplicate keys first (serde
+/// would keep the last value silently, while a plugin or receiver parsing the
+/// stored payload might keep the first). The error is the reason alone; each
+/// edge words its 400 in its own dialect.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    if let Some(dup) = plugin_api::json::duplicate_key(bytes) {
+        return Err(dup.to_string());
+    }
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 
 /// The token of an `Authorization: Bearer …` header.

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::app::App;
 use crate::conversations::CoreError;
 use crate::offline::OfflineForm;
-use crate::web::{Resp, json, method_not_allowed, read_body};
+use crate::web::{Resp, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/widget/v1/<public_id>/...`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -37,11 +37,11 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
             );
         }
     };
-    let body = match read_body(req, app.config.server.max_body_bytes).await {
+    let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
         Err(e) => return fail(e.status(), e.reason()),
     };
-    let form: OfflineForm = match serde_json::from_slice(&body) {
+    let form: OfflineForm = match parse_json(&body) {
         Ok(f) => f,
         Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
     };

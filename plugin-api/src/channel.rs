@@ -214,6 +214,10 @@ fn invalid(msg: impl Into<String>) -> InvalidMessage {
 /// Parses and validates a customer message body against every rule of the spec,
 /// cutting `text` to [`MAX_TEXT_CHARS`].
 pub fn parse_customer_message(body: &[u8]) -> Result<CustomerMessage, InvalidMessage> {
+    // Before the parse, which would keep the last of two values silently.
+    if let Some(dup) = crate::json::duplicate_key(body) {
+        return Err(invalid(dup.to_string()));
+    }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| invalid(format!("body is not valid JSON: {e}")))?;
     customer_message_from_value(value)

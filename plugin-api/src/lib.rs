@@ -12,6 +12,7 @@ pub mod channel;
 pub mod crm;
 #[cfg(feature = "guest")]
 pub mod guest;
+pub mod json;
 pub mod lenient;
 pub mod sdk;
 pub mod testing;

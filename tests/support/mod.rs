@@ -691,3 +691,23 @@ impl Drop for HubProcess {
         let _ = self.child.wait();
     }
 }
+
+impl TestHub {
+    /// As [`TestHub::start_with`], with `edit` applied to the loaded
+    /// configuration: for settings `HubOptions` has no field for, such as the
+    /// `[server]` read timeouts. A restart goes back to the file's settings.
+    pub async fn start_with_config(opts: HubOptions, edit: impl FnOnce(&mut Config)) -> TestHub {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = write_config(dir.path(), &opts, "127.0.0.1:0");
+        let mut config = Config::load(&path).expect("test config loads");
+        edit(&mut config);
+        let running = hub::app::start(config).await.expect("hub starts");
+        TestHub {
+            base: running.base_url().to_owned(),
+            running: Some(running),
+            dir,
+            opts,
+            http: reqwest::Client::new(),
+        }
+    }
+}

@@ -10,7 +10,7 @@ use serde::Deserialize;
 mod webhooks;
 mod wiring;
 
-pub use webhooks::{CrmConfig, WebhooksConfig};
+pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
 pub use wiring::{
     DestinationConfig, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig, RouteConfig,
     RuntimeConfig, expand_env,
@@ -67,6 +67,14 @@ pub struct ServerConfig {
     /// How long shutdown waits for in-flight requests and deliveries.
     #[serde(default = "default_grace_ms")]
     pub shutdown_grace_ms: u64,
+    /// How long a client may take to send a request's headers, from the
+    /// connection (or the previous response) on; then the connection closes.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send a whole request body once its
+    /// headers are in; then it gets 408 and the connection closes.
+    #[serde(default = "default_body_timeout_ms")]
+    pub body_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -124,6 +132,12 @@ fn default_max_body() -> usize {
 fn default_grace_ms() -> u64 {
     10_000
 }
+fn default_header_timeout_ms() -> u64 {
+    10_000
+}
+fn default_body_timeout_ms() -> u64 {
+    30_000
+}
 fn default_database_url() -> String {
     "sqlite://data/hub.db".to_owned()
 }
@@ -141,6 +155,8 @@ impl Default for ServerConfig {
             public_url: None,
             max_body_bytes: default_max_body(),
             shutdown_grace_ms: default_grace_ms(),
+            header_timeout_ms: default_header_timeout_ms(),
+            body_timeout_ms: default_body_timeout_ms(),
         }
     }
 }
@@ -260,6 +276,12 @@ impl Config {
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes: must be at least 1024".to_owned());
         }
+        if self.server.header_timeout_ms == 0 {
+            problems.push("server.header_timeout_ms: must be positive".to_owned());
+        }
+        if self.server.body_timeout_ms == 0 {
+            problems.push("server.body_timeout_ms: must be positive".to_owned());
+        }
         if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres")) {
             problems.push(format!(
                 "storage.url: `{}` is neither sqlite://… nor postgres://…",
@@ -333,6 +355,15 @@ impl Config {
     }
 }
 
+impl ServerConfig {
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
+    }
+}
+
 impl DeliveryConfig {
     pub fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms)
@@ -383,6 +414,24 @@ mod tests {
         assert!(err.contains("channels[0].customer_endpoint"), "{err}");
         assert!(err.contains("channels[1].name"), "{err}");
         assert!(err.contains("channels[1].agents[0]"), "{err}");
+    }
+
+    #[test]
+    fn read_timeouts_default_and_must_be_positive() {
+        let file = Path::new("hub.toml");
+        let c = Config::parse("", file).unwrap();
+        assert_eq!(c.server.header_timeout(), Duration::from_secs(10));
+        assert_eq!(c.server.body_timeout(), Duration::from_secs(30));
+        let err = Config::parse(
+            "[server]\nheader_timeout_ms = 0\nbody_timeout_ms = 0\n",
+            file,
+        )
+        .unwrap()
+        .validate(file)
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("server.header_timeout_ms"), "{err}");
+        assert!(err.contains("server.body_timeout_ms"), "{err}");
     }
 
     #[test]

@@ -212,13 +212,13 @@ pub(crate) async fn body_or_default<T: DeserializeOwned + Default>(
 
 /// The request body within the configured limit (400/413 otherwise).
 async fn raw_body(app: &App, req: Request<Incoming>) -> Result<Bytes, CrmError> {
-    read_body(req, app.config.server.max_body_bytes)
+    read_body(req, &app.config.server)
         .await
         .map_err(|e| CrmError::Body(e.status(), e.reason()))
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CrmError> {
-    serde_json::from_slice(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
+    crate::web::parse_json(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
 }
 
 /// For `Option<Option<T>>` fields: absent is `None`, `null` is `Some(None)`.

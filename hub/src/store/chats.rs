@@ -312,22 +312,30 @@ pub async fn set_integration(
 pub async fn set_client_contact(
     conn: &mut AnyConnection,
     client_id: i64,
-    contact: &plugin_api::webhook::ReplyContactInfo,
+    contact: ContactUpdate<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE clients SET name = $1, phone = COALESCE($2, phone), email = COALESCE($3, email), \
-         updated_at = $4 WHERE id = $5",
+        "UPDATE clients SET name = COALESCE($1, name), phone = COALESCE($2, phone), \
+         email = COALESCE($3, email), updated_at = $4 WHERE id = $5",
     )
-    .bind(contact.name.as_str())
-    .bind(contact.phone.as_deref())
-    .bind(contact.email.as_deref())
+    .bind(contact.name)
+    .bind(contact.phone)
+    .bind(contact.email)
     .bind(now)
     .bind(client_id)
     .execute(conn)
     .await
     .ctx("saving contact details")?;
     Ok(())
+}
+
+/// Contact details to set on a client; `None` keeps what is stored.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ContactUpdate<'a> {
+    pub name: Option<&'a str>,
+    pub phone: Option<&'a str>,
+    pub email: Option<&'a str>,
 }
 
 /// The client's chat on this channel that is not closed yet, if any.

@@ -260,9 +260,9 @@ impl Store {
             .bind(now + lease_ms)
             .bind(now)
             .bind(c.seq)
-                .execute(&mut *w.tx)
-                .await
-                .ctx("leasing a delivery")?;
+            .execute(&mut *w.tx)
+            .await
+            .ctx("leasing a delivery")?;
             claimed.push(c);
         }
         w.commit().await?;

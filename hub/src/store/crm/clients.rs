@@ -355,18 +355,18 @@ pub async fn insert(
          ON CONFLICT (channel_id, external_key) DO NOTHING RETURNING id"
     );
     let row: Option<(i64,)> = sqlx::query_as(&sql)
-    .bind(new.channel_id)
-    .bind(new.external_id.as_key())
-    .bind(id_json)
-    .bind(new.name.as_str())
-    .bind(new.avatar_url.as_deref())
-    .bind(new.description.as_deref())
-    .bind(new.crm_link.as_deref())
-    .bind(custom_data)
-    .bind(now_ms)
-    .fetch_optional(conn)
-    .await
-    .ctx("inserting a client")?;
+        .bind(new.channel_id)
+        .bind(new.external_id.as_key())
+        .bind(id_json)
+        .bind(new.name.as_str())
+        .bind(new.avatar_url.as_deref())
+        .bind(new.description.as_deref())
+        .bind(new.crm_link.as_deref())
+        .bind(custom_data)
+        .bind(now_ms)
+        .fetch_optional(conn)
+        .await
+        .ctx("inserting a client")?;
     Ok(row.map(|(id,)| id))
 }
 
