@@ -46,10 +46,15 @@ impl Desk {
     /// `webhook_keys` go into the `[webhooks]` table; `wiring` (plugins,
     /// routes) after it.
     async fn start(webhook_keys: &str, wiring: &str) -> Desk {
+        Desk::start_toml(&format!("{FAST_POLICIES}{webhook_keys}\n\n{wiring}")).await
+    }
+
+    /// A desk whose hub gets `extra_toml` (no fast policies unless it has them).
+    async fn start_toml(extra_toml: &str) -> Desk {
         let receiver = Integrator::start().await;
         let customer = Integrator::start().await;
         let hub = TestHub::start_with(HubOptions {
-            extra_toml: format!("{FAST_POLICIES}{webhook_keys}\n\n{wiring}"),
+            extra_toml: extra_toml.to_owned(),
             ..HubOptions::default()
         })
         .await;
@@ -166,6 +171,13 @@ impl Desk {
 
     async fn chat_view(&self, chat: i64) -> Value {
         self.ann.chat(chat).await
+    }
+
+    /// The id of the chat's client.
+    async fn client_of(&self, chat: i64) -> i64 {
+        self.chat_view(chat).await["client"]["id"]
+            .as_i64()
+            .expect("client id")
     }
 
     /// Waits until the chat shows integration data and returns it.
@@ -405,9 +417,7 @@ async fn chat_finished_carries_the_log_as_messages_plain_text_and_escaped_html()
 async fn chat_finished_says_when_the_client_was_blocked() {
     let d = Desk::open().await;
     let chat = d.customer_says(json!({ "id": 6 }), "spam").await;
-    let client = d.chat_view(chat).await["client"]["id"]
-        .as_i64()
-        .expect("client id");
+    let client = d.client_of(chat).await;
     let (status, v) = d
         .ann
         .send(
@@ -468,9 +478,7 @@ async fn client_updated_follows_a_change_of_the_client_in_the_crm() {
     let chat = d
         .customer_says(json!({ "id": 13, "name": "Finn" }), "hi")
         .await;
-    let client = d.chat_view(chat).await["client"]["id"]
-        .as_i64()
-        .expect("client id");
+    let client = d.client_of(chat).await;
     let (status, v) = d
         .ann
         .send(
@@ -1369,36 +1377,26 @@ async fn contact_info_without_a_name_keeps_the_name_and_sets_what_it_gives() {
 
 /// A desk whose `[webhooks]` table is exactly `policies` (no fast defaults).
 async fn desk_with_policies(policies: &str) -> Desk {
-    let receiver = Integrator::start().await;
-    let customer = Integrator::start().await;
-    let hub = TestHub::start_with(HubOptions {
-        extra_toml: format!("[webhooks]\n{policies}\n"),
-        ..HubOptions::default()
-    })
-    .await;
-    let ann = hub.create_agent("Ann", "ann@example.com").await;
-    let resp = hub
-        .admin_post(
-            "/admin/v1/channels",
-            json!({ "name": "web", "customer_endpoint": customer.url,
-                    "agents": ["ann@example.com"], "webhook_url": receiver.url }),
+    Desk::start_toml(&format!("[webhooks]\n{policies}\n")).await
+}
+
+/// Customer `id` opens a chat; the agent starts a call whose `call_event` the
+/// receiver refuses once with 500, then closes the chat.
+async fn fail_a_call_event_then_close(d: &Desk, id: i64) {
+    let chat = d
+        .customer_says(json!({ "id": id, "phone": "+15550111" }), "call me")
+        .await;
+    d.receiver.script([Reply::json(500, "receiver bug")]);
+    let (status, started) = d
+        .ann
+        .post(
+            "/agent/v1/calls",
+            json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" }),
         )
         .await;
-    assert_eq!(resp.status(), 201, "channel creation");
-    let raw: Value = resp.json().await.expect("channel json");
-    let web = TestChannel {
-        public_id: raw["public_id"].as_str().expect("public_id").to_owned(),
-        endpoint_url: raw["endpoint_url"].as_str().expect("endpoint").to_owned(),
-        status_url: raw["status_url"].as_str().expect("status").to_owned(),
-        raw,
-    };
-    Desk {
-        hub,
-        receiver,
-        customer,
-        web,
-        ann,
-    }
+    assert_eq!(status, 201, "{started}");
+    d.wait_for("call_event", 1).await;
+    d.close(chat).await;
 }
 
 /// The `sequence` of a webhook body.
@@ -1418,21 +1416,7 @@ async fn one_failing_event_holds_the_chats_later_webhooks_only_for_the_order_hol
          order_hold_ms = 300\n",
     )
     .await;
-    let chat = d
-        .customer_says(json!({ "id": 21, "phone": "+15550111" }), "call me")
-        .await;
-    // call_event fails once; everything else succeeds.
-    d.receiver.script([Reply::json(500, "receiver bug")]);
-    let (status, started) = d
-        .ann
-        .post(
-            "/agent/v1/calls",
-            json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" }),
-        )
-        .await;
-    assert_eq!(status, 201, "{started}");
-    d.wait_for("call_event", 1).await;
-    d.close(chat).await;
+    fail_a_call_event_then_close(&d, 21).await;
     let finished = d.wait_for("chat_finished", 1).await.remove(0);
     let calls = d.got("call_event");
     assert_eq!(
@@ -1469,20 +1453,7 @@ async fn a_failing_event_still_holds_the_chats_next_event_within_the_order_hold(
          order_hold_ms = 10000\n",
     )
     .await;
-    let chat = d
-        .customer_says(json!({ "id": 22, "phone": "+15550111" }), "call me")
-        .await;
-    d.receiver.script([Reply::json(500, "receiver bug")]);
-    let (status, started) = d
-        .ann
-        .post(
-            "/agent/v1/calls",
-            json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" }),
-        )
-        .await;
-    assert_eq!(status, 201, "{started}");
-    d.wait_for("call_event", 1).await;
-    d.close(chat).await;
+    fail_a_call_event_then_close(&d, 22).await;
     d.wait_for("chat_finished", 1).await;
     let names: Vec<String> = d
         .receiver
@@ -1506,9 +1477,7 @@ async fn snapshots_of_one_client_arrive_in_order_with_growing_sequence_numbers()
     let chat = d
         .customer_says(json!({ "id": 23, "name": "Gus" }), "hi")
         .await;
-    let client = d.chat_view(chat).await["client"]["id"]
-        .as_i64()
-        .expect("client id");
+    let client = d.client_of(chat).await;
     let (_, lead) = d
         .ann
         .post(

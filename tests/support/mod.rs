@@ -139,8 +139,17 @@ impl TestHub {
     }
 
     async fn start_in(dir: tempfile::TempDir, opts: HubOptions) -> TestHub {
+        TestHub::start_edited(dir, opts, |_| {}).await
+    }
+
+    async fn start_edited(
+        dir: tempfile::TempDir,
+        opts: HubOptions,
+        edit: impl FnOnce(&mut Config),
+    ) -> TestHub {
         let path = write_config(dir.path(), &opts, "127.0.0.1:0");
-        let config = Config::load(&path).expect("test config loads");
+        let mut config = Config::load(&path).expect("test config loads");
+        edit(&mut config);
         let running = hub::app::start(config).await.expect("hub starts");
         TestHub {
             base: running.base_url().to_owned(),
@@ -698,16 +707,6 @@ impl TestHub {
     /// `[server]` read timeouts. A restart goes back to the file's settings.
     pub async fn start_with_config(opts: HubOptions, edit: impl FnOnce(&mut Config)) -> TestHub {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = write_config(dir.path(), &opts, "127.0.0.1:0");
-        let mut config = Config::load(&path).expect("test config loads");
-        edit(&mut config);
-        let running = hub::app::start(config).await.expect("hub starts");
-        TestHub {
-            base: running.base_url().to_owned(),
-            running: Some(running),
-            dir,
-            opts,
-            http: reqwest::Client::new(),
-        }
+        TestHub::start_edited(dir, opts, edit).await
     }
 }
