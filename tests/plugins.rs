@@ -665,3 +665,91 @@ async fn crm_enrich_answers_chat_accepted_in_place_of_the_integrator() {
     assert_eq!(assigned["chat_id"], chat);
     s.hub.shutdown().await;
 }
+
+/// Posts the widget's offline form for channel `web`; returns status and answer.
+async fn offline_form(s: &Setup, form: Value) -> (u16, Value) {
+    let resp = s
+        .hub
+        .http
+        .post(
+            s.hub
+                .url(&format!("/widget/v1/{}/offline-messages", s.web.public_id)),
+        )
+        .json(&form)
+        .send()
+        .await
+        .expect("offline form");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn offline_messages_cross_the_plugins_before_anything_is_stored() {
+    // The default hub.toml's redact route, which now names the offline form.
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &route_toml(
+            "\"channel.customer_message\", \"widget.offline_message\"",
+            "\"redact\"",
+            "reject",
+        );
+    let s = Setup::start(wiring).await;
+    let (status, answer) = offline_form(
+        &s,
+        json!({ "name": "Eve", "email": "eve@example.com",
+                "message": "my card is 4111 1111 1111 1111, call me" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["offline_message_id"].is_i64(), "{answer}");
+    // The offline chat is closed at once: listed with the closed ones.
+    let (_, listed) = s.ann.get("/agent/v1/chats?state=all").await;
+    let chat = listed["chats"][0]["id"].as_i64().expect("the offline chat");
+    let messages = s.ann.chat(chat).await["messages"].clone();
+    assert_eq!(messages.as_array().map(Vec::len), Some(1), "{messages}");
+    assert_eq!(messages[0]["body"]["text"], "my card is [card], call me");
+    let logged = s.hub.store().events_of_chat(chat).await.expect("event log");
+    let kinds: Vec<&str> = logged.iter().map(|e| e.kind.as_str()).collect();
+    assert!(kinds.contains(&"widget.offline_message"), "{kinds:?}");
+    let raw = serde_json::to_string(&logged.iter().map(|e| &e.payload).collect::<Vec<_>>())
+        .expect("payloads");
+    assert!(!raw.contains("4111"), "the card number was kept: {raw}");
+    assert_eq!(
+        s.counter("hub_plugin_calls_total{plugin=\"redact\"}").await,
+        1.0
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_plugin_may_drop_or_refuse_an_offline_message() {
+    let wiring = plugin_toml("spam", "fault", "", "fault = \"drop\"\nreason = \"spam\"")
+        + &route_toml("\"widget.offline_message\"", "\"spam\"", "skip");
+    let s = Setup::start(wiring).await;
+    let (status, answer) = offline_form(
+        &s,
+        json!({ "email": "bot@example.com", "message": "cheap pills" }),
+    )
+    .await;
+    // The sender is not told that a filter dropped it.
+    assert_eq!((status, &answer), (200, &json!({ "result": "ok" })));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        s.ann.chats().await.is_empty(),
+        "a dropped message opened a chat"
+    );
+    s.hub.shutdown().await;
+
+    let wiring = plugin_toml("broken", "fault", "", "fault = \"error\"")
+        + &route_toml("\"widget.offline_message\"", "\"broken\"", "reject");
+    let s = Setup::start(wiring).await;
+    let (status, answer) = offline_form(
+        &s,
+        json!({ "email": "eve@example.com", "message": "hello" }),
+    )
+    .await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["result"], "fail");
+    let (_, listed) = s.ann.get("/agent/v1/chats?state=all").await;
+    assert_eq!(listed["chats"], json!([]));
+    s.hub.shutdown().await;
+}

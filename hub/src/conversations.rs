@@ -56,7 +56,7 @@ pub enum Ingested {
 pub struct Conversations {
     pub(crate) store: Store,
     live: Live,
-    pipeline: Arc<Pipeline>,
+    pub(crate) pipeline: Arc<Pipeline>,
     pub(crate) kick: Kick,
     /// The Safe URL setting for custom data from webhook replies.
     safe_url: bool,
@@ -274,7 +274,7 @@ impl Conversations {
     }
 
     /// Logs an event that changes no state, with the forwards its plugins asked for.
-    async fn record_with_forwards(&self, routed: &Routed) -> Result<(), CoreError> {
+    pub(crate) async fn record_with_forwards(&self, routed: &Routed) -> Result<(), CoreError> {
         let mut w = self.store.begin_write().await?;
         insert_event(&mut w.tx, &routed.event).await?;
         enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;

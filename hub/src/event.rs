@@ -15,6 +15,8 @@ impl EventKind {
     pub const CUSTOMER_TYPING: EventKind = EventKind::fixed("channel.customer_typing");
     pub const AGENT_MESSAGE: EventKind = EventKind::fixed("channel.agent_message");
     pub const AGENT_TYPING: EventKind = EventKind::fixed("channel.agent_typing");
+    /// A visitor's message through the widget's offline form.
+    pub const OFFLINE_MESSAGE: EventKind = EventKind::fixed("widget.offline_message");
     pub const DELIVERY_RESULT: EventKind = EventKind::fixed("channel.delivery_result");
     /// How a plugin's forward to a destination ended.
     pub const FORWARD_RESULT: EventKind = EventKind::fixed("forward.delivery_result");

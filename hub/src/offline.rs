@@ -3,18 +3,20 @@
 
 use plugin_api::channel::{CustomerSender, Message, Text};
 use plugin_api::lenient::ExternalId;
+use plugin_api::widget::{OfflineMessageEvent, OfflineMessageInput};
 use serde::Deserialize;
+use tracing::Instrument;
 
 use crate::clock::now_ms;
 use crate::conversations::{Conversations, CoreError};
+use crate::event::{Direction, Event, EventKind};
+use crate::pipeline::{Routed, Verdict, enqueue_forwards};
 use crate::store::chats::{NewMessage, insert_chat, insert_message, set_chat_state, upsert_client};
+use crate::store::events::insert_event;
 use crate::store::{Author, Channel, ChatState};
 use crate::webhooks::{self, payload};
 
-/// Longest offline message kept, in characters.
-const MAX_MESSAGE_CHARS: usize = 4000;
-
-/// The offline form, as `sendOfflineMessage` takes it.
+/// The offline form, as `sendOfflineMessage` takes it; unknown fields are refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OfflineForm {
@@ -29,38 +31,79 @@ pub struct OfflineForm {
     pub message: String,
 }
 
-impl OfflineForm {
-    /// The spec's validation: a message, and a way to answer it.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.message.trim().is_empty() {
-            return Err("message must not be empty".into());
+impl From<OfflineForm> for OfflineMessageInput {
+    fn from(f: OfflineForm) -> Self {
+        OfflineMessageInput {
+            name: f.name,
+            email: f.email,
+            phone: f.phone,
+            description: f.description,
+            message: f.message,
         }
-        if self.message.chars().count() > MAX_MESSAGE_CHARS {
-            return Err(format!(
-                "message is longer than {MAX_MESSAGE_CHARS} characters"
-            ));
-        }
-        let blank = |v: &Option<String>| v.as_deref().is_none_or(|s| s.trim().is_empty());
-        if blank(&self.email) && blank(&self.phone) {
-            return Err("an e-mail address or a phone number is required".into());
-        }
-        if let Some(email) = self.email.as_deref().filter(|e| !e.trim().is_empty())
-            && !email.contains('@')
-        {
-            return Err(format!("`{email}` is not an e-mail address"));
-        }
-        Ok(())
     }
 }
 
+/// What became of an offline message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OfflineOutcome {
+    Stored {
+        id: i64,
+    },
+    /// A plugin dropped it (a spam filter, say); the visitor is told it was sent.
+    Dropped,
+}
+
 impl Conversations {
-    /// Records an offline message and queues `offline_message`; returns its id.
+    /// Records an offline message and queues `offline_message`. The form
+    /// crosses the plugins first as `widget.offline_message`, like every event.
     pub async fn offline_message(
         &self,
         channel: &Channel,
         form: OfflineForm,
-    ) -> Result<i64, CoreError> {
+    ) -> Result<OfflineOutcome, CoreError> {
+        let form = OfflineMessageInput::from(form);
         form.validate().map_err(CoreError::Invalid)?;
+        let payload = serde_json::to_value(OfflineMessageEvent::from(&form))
+            .map_err(|e| CoreError::Invalid(format!("cannot encode the form: {e}")))?;
+        let event =
+            Event::new(EventKind::OFFLINE_MESSAGE, Direction::In, payload).on_channel(channel.id);
+        let span = event.span();
+        self.route_offline(channel, event).instrument(span).await
+    }
+
+    async fn route_offline(
+        &self,
+        channel: &Channel,
+        event: Event,
+    ) -> Result<OfflineOutcome, CoreError> {
+        let routed = self.pipeline.run(event).await;
+        match routed.verdict {
+            Verdict::Reject(reason) => {
+                tracing::warn!(%reason, "offline message refused");
+                return Err(CoreError::Unavailable(reason));
+            }
+            Verdict::Drop(ref reason) => {
+                tracing::info!(%reason, "offline message dropped");
+                self.record_with_forwards(&routed).await?;
+                return Ok(OfflineOutcome::Dropped);
+            }
+            // Nobody could read an answer: the visitor has left the form.
+            Verdict::Continue | Verdict::Reply(_) => {}
+        }
+        // The pipeline checked a changed payload against the form's rules.
+        let form = OfflineMessageEvent::from_value(routed.event.payload.clone())
+            .map_err(CoreError::Invalid)?;
+        self.store_offline(channel, form, &routed)
+            .await
+            .map(|id| OfflineOutcome::Stored { id })
+    }
+
+    async fn store_offline(
+        &self,
+        channel: &Channel,
+        form: OfflineMessageInput,
+        routed: &Routed,
+    ) -> Result<i64, CoreError> {
         let contact = form
             .email
             .as_deref()
@@ -132,6 +175,10 @@ impl Conversations {
             context: "recording an offline message",
             source,
         })?;
+        let mut event = routed.event.clone();
+        event.chat_id = Some(chat.id);
+        insert_event(&mut w.tx, &event).await?;
+        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
         if let Some((channel_id, event)) =
             payload::offline_message(&mut w.tx, client.id, chat.id, id, form.message).await?
         {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::app::App;
 use crate::conversations::CoreError;
-use crate::offline::OfflineForm;
+use crate::offline::{OfflineForm, OfflineOutcome};
 use crate::web::{Resp, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/widget/v1/<public_id>/...`.
@@ -46,10 +46,12 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
         Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
     };
     match app.conversations.offline_message(&channel, form).await {
-        Ok(id) => json(
+        Ok(OfflineOutcome::Stored { id }) => json(
             StatusCode::OK,
             &json!({ "result": "ok", "offline_message_id": id }),
         ),
+        // A spam filter's drop is not told to the sender.
+        Ok(OfflineOutcome::Dropped) => json(StatusCode::OK, &json!({ "result": "ok" })),
         Err(CoreError::Invalid(reason)) => fail(StatusCode::BAD_REQUEST, reason),
         Err(e) => {
             tracing::error!(error = %e, "offline message not stored");

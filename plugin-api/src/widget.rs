@@ -62,6 +62,95 @@ pub struct OfflineMessageInput {
     pub message: String,
 }
 
+/// Longest offline message accepted, in characters.
+pub const MAX_OFFLINE_MESSAGE_CHARS: usize = 4000;
+
+impl OfflineMessageInput {
+    /// The rules of the offline form: a message, and a way to answer it.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.message.trim().is_empty() {
+            return Err("message must not be empty".into());
+        }
+        if self.message.chars().count() > MAX_OFFLINE_MESSAGE_CHARS {
+            return Err(format!(
+                "message is longer than {MAX_OFFLINE_MESSAGE_CHARS} characters"
+            ));
+        }
+        let blank = |v: &Option<String>| v.as_deref().is_none_or(|s| s.trim().is_empty());
+        if blank(&self.email) && blank(&self.phone) {
+            return Err("an e-mail address or a phone number is required".into());
+        }
+        if let Some(email) = self.email.as_deref().filter(|e| !e.trim().is_empty())
+            && !email.contains('@')
+        {
+            return Err(format!("`{email}` is not an e-mail address"));
+        }
+        Ok(())
+    }
+}
+
+/// The payload of the hub's `widget.offline_message` event: the visitor's
+/// details and the message in the shape of a channel text message, so a
+/// plugin that reads `message.text` treats it like any customer text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineMessageEvent {
+    pub visitor: ContactInfo,
+    pub message: OfflineText,
+}
+
+/// `{"type": "text", "text": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineText {
+    /// Always `text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+}
+
+impl From<&OfflineMessageInput> for OfflineMessageEvent {
+    fn from(input: &OfflineMessageInput) -> Self {
+        OfflineMessageEvent {
+            visitor: ContactInfo {
+                name: input.name.clone(),
+                email: input.email.clone(),
+                phone: input.phone.clone(),
+                description: input.description.clone(),
+            },
+            message: OfflineText {
+                kind: "text".to_owned(),
+                text: input.message.clone(),
+            },
+        }
+    }
+}
+
+impl OfflineMessageEvent {
+    /// The form this payload describes, held to the form's rules.
+    pub fn into_input(self) -> Result<OfflineMessageInput, String> {
+        if self.message.kind != "text" {
+            return Err("an offline message is text".to_owned());
+        }
+        let input = OfflineMessageInput {
+            name: self.visitor.name,
+            email: self.visitor.email,
+            phone: self.visitor.phone,
+            description: self.visitor.description,
+            message: self.message.text,
+        };
+        input.validate()?;
+        Ok(input)
+    }
+
+    /// Reads (and checks) a `widget.offline_message` payload.
+    pub fn from_value(payload: serde_json::Value) -> Result<OfflineMessageInput, String> {
+        let event: OfflineMessageEvent = serde_json::from_value(payload)
+            .map_err(|e| format!("not a valid widget.offline_message: {e}"))?;
+        event.into_input()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResultStatus {

@@ -4,6 +4,7 @@
 use plugin_api::channel::{
     AgentMessage, AgentSender, Message, agent_message_body_from_value, customer_message_from_value,
 };
+use plugin_api::widget::OfflineMessageEvent;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -52,6 +53,9 @@ pub fn payload(kind: &EventKind, value: Value) -> Result<Value, String> {
             ));
         }
         serde_json::to_value(wire).map_err(|e| invalid(e.to_string()))
+    } else if *kind == EventKind::OFFLINE_MESSAGE {
+        let form = OfflineMessageEvent::from_value(value).map_err(invalid)?;
+        serde_json::to_value(OfflineMessageEvent::from(&form)).map_err(|e| invalid(e.to_string()))
     } else if value.is_object() {
         Ok(value)
     } else {
