@@ -1,13 +1,11 @@
 //! The agent API: tokens, who sees which chats, accept/close/reply rules, and
 //! the live event stream.
 
-mod support;
-
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, Integrator, Sse, TestAgent, TestChannel, TestHub};
+use crate::support::{ADMIN_TOKEN, Integrator, Sse, TestAgent, TestChannel, TestHub};
 
 const WAIT: Duration = Duration::from_secs(5);
 

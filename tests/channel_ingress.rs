@@ -1,13 +1,11 @@
 //! The channel's inbound side: endpoint URLs, the status endpoint, and every
 //! rule for customer messages.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, HubOptions, Integrator, TestAgent, TestChannel, TestHub};
+use crate::support::{ADMIN_TOKEN, HubOptions, Integrator, TestAgent, TestChannel, TestHub};
 
 const WAIT: Duration = Duration::from_secs(5);
 

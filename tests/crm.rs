@@ -3,14 +3,12 @@
 //! shape; client changes also send `client_updated`; agents reach only the
 //! clients of their channels; task reminders fire once, also after a restart.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{HubOptions, Integrator, TestAgent, TestHub, eventually};
+use crate::support::{HubOptions, Integrator, TestAgent, TestHub, eventually};
 
 const WAIT: Duration = Duration::from_secs(10);
 const SITE_ID: i64 = 4242;
@@ -974,7 +972,7 @@ async fn customers_of_the_channel_are_crm_clients() {
         .hub
         .http
         .get(o.hub.url("/admin/v1/channels"))
-        .bearer_auth(support::ADMIN_TOKEN)
+        .bearer_auth(crate::support::ADMIN_TOKEN)
         .send()
         .await
         .expect("channels");
@@ -984,7 +982,7 @@ async fn customers_of_the_channel_are_crm_clients() {
         .and_then(|c| c.iter().find(|c| c["name"] == "web"))
         .cloned()
         .expect("web channel");
-    let ch = support::TestChannel {
+    let ch = crate::support::TestChannel {
         public_id: web["public_id"].as_str().expect("public_id").to_owned(),
         endpoint_url: web["endpoint_url"]
             .as_str()

@@ -1,14 +1,12 @@
 //! End-to-end delivery of agent messages to the integrator's endpoint: the wire
 //! format, what each kind of answer leads to, retries and their timing, per-chat
 //! order, the event log, and channels declared in `hub.toml`.
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hub::event::Direction;
 use serde_json::{Value, json};
-use support::{
+use crate::support::{
     ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub,
     eventually,
 };

@@ -2,12 +2,10 @@
 //! to destinations, replies, drops, validation of changed payloads, reload,
 //! the compiled-plugin cache, and `on_error`.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{
+use crate::support::{
     HubOptions, Integrator, Reply, TestAgent, TestChannel, TestHub, eventually, plugin_toml,
     route_toml,
 };
@@ -574,7 +572,7 @@ async fn the_admin_api_lists_plugins_routes_and_counters() {
         .hub
         .http
         .get(s.hub.url("/admin/v1/plugins"))
-        .bearer_auth(support::ADMIN_TOKEN)
+        .bearer_auth(crate::support::ADMIN_TOKEN)
         .send()
         .await
         .expect("request")
@@ -615,7 +613,7 @@ async fn crm_enrich_answers_chat_accepted_in_place_of_the_integrator() {
             s.hub
                 .url(&format!("/admin/v1/channels/{}/webhook", s.web.public_id)),
         )
-        .bearer_auth(support::ADMIN_TOKEN)
+        .bearer_auth(crate::support::ADMIN_TOKEN)
         .json(&json!({ "url": receiver.url }))
         .send()
         .await

@@ -1,14 +1,12 @@
 //! The real `hub` binary: a crash and a SIGTERM in the middle of deliveries,
 //! the `check`, `channel` and `agent` commands, and the `HUB_*` environment overrides.
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{
+use crate::support::{
     ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Reply, TestAgent, TestChannel, eventually,
     write_config,
 };
@@ -454,8 +452,8 @@ async fn environment_overrides_are_honoured_by_serve() {
 /// A config with the redact plugin wired on customer messages.
 fn redact_options() -> HubOptions {
     HubOptions {
-        extra_toml: support::plugin_toml("redact", "redact", "", "")
-            + &support::route_toml("\"channel.customer_message\"", "\"redact\"", "skip"),
+        extra_toml: crate::support::plugin_toml("redact", "redact", "", "")
+            + &crate::support::route_toml("\"channel.customer_message\"", "\"redact\"", "skip"),
         ..HubOptions::default()
     }
 }
@@ -514,7 +512,7 @@ async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
     assert_eq!(by_name["changed"], true);
     assert_eq!(by_name["payload"]["message"]["text"], "write to [email]");
 
-    let fault = support::plugin_wasm("fault");
+    let fault = crate::support::plugin_wasm("fault");
     let fault = fault.to_str().expect("utf-8 path");
     let by_path = json_out(&hub_cli(
         &config,
@@ -584,8 +582,8 @@ async fn sighup_reloads_plugins_without_a_restart() {
 #[tokio::test]
 async fn the_default_hub_toml_is_valid_and_wires_the_redact_plugin() {
     // Builds the example plugins where the default configuration expects them.
-    support::plugin_wasm("redact");
-    let config = support::repo_root().join("hub.toml");
+    crate::support::plugin_wasm("redact");
+    let config = crate::support::repo_root().join("hub.toml");
     let out = hub_cli(&config, &["check"], &[]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 plugins)"));

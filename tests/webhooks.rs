@@ -3,8 +3,6 @@
 //! retries and dead letters (API and CLI), Standard Webhooks signatures, and
 //! plugins on `webhook.*` kinds.
 
-mod support;
-
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -13,7 +11,7 @@ use hmac::{Hmac, Mac};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use support::{
+use crate::support::{
     ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, TestAgent, TestChannel, TestHub,
     eventually, plugin_toml, route_toml,
 };

@@ -1,0 +1,14 @@
+//! The end-to-end suite, one test binary: each module drives real hubs (in
+//! process, or the `hub` binary) against loopback integrators, receivers,
+//! CRMs and plugins. One binary because every test target links wasmtime,
+//! sqlx and hyper, and linking dominated the suite's build on two cores.
+
+mod support;
+
+mod agent_api;
+mod channel_ingress;
+mod crm;
+mod delivery;
+mod plugins;
+mod process;
+mod webhooks;
