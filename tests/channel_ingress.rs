@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::support::{ADMIN_TOKEN, HubOptions, Integrator, TestAgent, TestChannel, TestHub};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use crate::support::{ADMIN_TOKEN, HubOptions, Integrator, TestAgent, TestChannel, TestHub};
 
 const WAIT: Duration = Duration::from_secs(5);
 

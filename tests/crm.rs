@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::{HubOptions, Integrator, TestAgent, TestHub, eventually};
 use reqwest::Method;
 use serde_json::{Value, json};
-use crate::support::{HubOptions, Integrator, TestAgent, TestHub, eventually};
 
 const WAIT: Duration = Duration::from_secs(10);
 const SITE_ID: i64 = 4242;

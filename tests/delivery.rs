@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hub::event::Direction;
-use serde_json::{Value, json};
 use crate::support::{
     ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub,
     eventually,
 };
+use hub::event::Direction;
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
 const AGENT_NAME: &str = "Ann";

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use crate::support::{
     HubOptions, Integrator, Reply, TestAgent, TestChannel, TestHub, eventually, plugin_toml,
     route_toml,
 };
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -5,11 +5,11 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use crate::support::{
     ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Reply, TestAgent, TestChannel, eventually,
     write_config,
 };
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 const AGENT_EMAIL: &str = "ann@example.com";

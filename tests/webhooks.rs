@@ -5,16 +5,16 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::{
+    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, TestAgent, TestChannel, TestHub,
+    eventually, plugin_toml, route_toml,
+};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use crate::support::{
-    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, TestAgent, TestChannel, TestHub,
-    eventually, plugin_toml, route_toml,
-};
 
 const WAIT: Duration = Duration::from_secs(3);
 
