@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hub::config::Config;
+use hub::core::provisioning::{ChannelSpec, create_channel};
 use hub::delivery::HttpSender;
 use hub::event::{Direction, Event, EventKind};
+use hub::pipeline::wiring::{Wiring, WiringHandle};
 use hub::pipeline::{Pipeline, Verdict};
-use hub::provisioning::{ChannelSpec, create_channel};
 use hub::runtime::Runtime;
 use hub::store::Store;
-use hub::wiring::{Wiring, WiringHandle};
 use serde_json::json;
 
 fn env_or(name: &str, default: u64) -> u64 {

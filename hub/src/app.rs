@@ -1,5 +1,5 @@
-//! Assembles the hub from its parts and runs it: the state every handler
-//! shares, start-up, and orderly shutdown.
+//! Assembles the hub from its parts and runs it: start-up (on a listener of
+//! its own or one the caller bound), and orderly shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,33 +10,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
-use crate::conversations::Conversations;
+use crate::core::conversations::Conversations;
+use crate::core::live::Live;
+use crate::core::provisioning::{self, ProvisionError};
 use crate::delivery::{Deliverer, HttpSender, Kick, Policies};
-use crate::live::Live;
+use crate::http::App;
 use crate::pipeline::Pipeline;
-use crate::provisioning::{self, ProvisionError};
+use crate::pipeline::wiring::{Wiring, WiringHandle};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{Store, StoreError};
-use crate::wiring::{Wiring, WiringHandle};
-
-/// What every request handler can reach.
-pub struct App {
-    pub config: Arc<Config>,
-    pub store: Store,
-    pub live: Live,
-    pub conversations: Arc<Conversations>,
-    pub runtime: Runtime,
-    pub wiring: WiringHandle,
-    /// Wakes the deliverer after something was queued outside the core.
-    pub kick: Kick,
-    /// Public base URL, no trailing slash.
-    pub base: String,
-    /// The installation's random path segment of channel endpoints.
-    pub path_secret: String,
-    pub admin_token: Option<String>,
-    /// Turns true when the hub stops; long-lived responses end on it.
-    pub shutdown: watch::Receiver<bool>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -159,8 +141,21 @@ impl Running {
     }
 }
 
-/// Opens storage, provisions declared channels, binds and starts serving.
+/// Binds `[server] listen` and starts the hub on it ([`start_on`]).
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    let listen = config.server.listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    start_on(listener, config).await
+}
+
+/// Starts the hub on a listener the caller bound (tests bind port 0 and
+/// know the address before the hub starts); `[server] listen` is not used.
+pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
     let store = Store::open(&config.storage.url).await?;
     // One instance per database (until the PostgreSQL work): every lease left
     // in it belongs to a process that is gone.
@@ -173,15 +168,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     }
     provisioning::sync_declared(&store, &config.channels).await?;
     let path_secret = provisioning::path_secret(&store).await?;
-    let listen = config.server.listen;
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: listen,
-            source,
-        })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: listen,
+        addr: config.server.listen,
         source,
     })?;
     let base = config.public_base(addr);
@@ -238,13 +226,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
     });
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));
-    let reminders = tokio::spawn(crate::crm::reminders::run(
+    let reminders = tokio::spawn(crate::core::reminders::run(
         store.clone(),
         app.config.crm.clone(),
         app.kick.clone(),
         shutdown.clone(),
     ));
-    let server = tokio::spawn(crate::server::serve(listener, app, shutdown, grace));
+    let server = tokio::spawn(crate::http::serve(listener, app, shutdown, grace));
     tracing::info!(%addr, base = %base, "listening");
     Ok(Running {
         addr,

@@ -1,30 +1,21 @@
 //! The conversation integration hub: a custom chat channel, the agent side it
 //! implies, sandboxed WebAssembly plugins on every event, and the durable
 //! delivery of everything the hub sends.
+//!
+//! Layers, each importing only those below it (ARCHITECTURE.md):
+//! `http` (the edges) → `core` (actions, webhooks, live updates) →
+//! `pipeline` / `runtime` (plugins) and `delivery` (the outbox worker) →
+//! `store` (SQL) and the outbound HTTP client. `app` assembles them.
 
-pub mod admin;
-pub mod agents;
 pub mod app;
-pub mod channel;
 pub mod clock;
 pub mod config;
-pub mod conversations;
-pub mod crm;
+pub mod core;
 pub mod delivery;
-pub mod destinations;
 pub mod event;
+pub mod http;
 pub mod ids;
-pub mod integration;
-pub mod live;
-pub mod metrics;
-pub mod offline;
 pub mod pipeline;
-pub mod provisioning;
 pub mod runtime;
-pub mod server;
 pub mod store;
 pub mod tryout;
-pub mod web;
-pub mod webhooks;
-pub mod widget;
-pub mod wiring;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use hub::config::Config;
-use hub::provisioning::{self, ChannelSpec};
+use hub::core::provisioning::{self, ChannelSpec};
 use hub::store::{OutboxState, Store};
 use hub::tryout;
 

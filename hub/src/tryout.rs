@@ -9,11 +9,11 @@ use serde_json::{Value, json};
 
 use crate::config::{Config, PluginConfig};
 use crate::delivery::HttpSender;
-use crate::destinations::Destinations;
 use crate::event::{Direction, Event, EventKind};
+use crate::pipeline::destinations::Destinations;
+use crate::pipeline::wiring::Wiring;
 use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
 use crate::store::Store;
-use crate::wiring::Wiring;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TryoutError {

@@ -150,7 +150,12 @@ impl TestHub {
         let path = write_config(dir.path(), &opts, "127.0.0.1:0");
         let mut config = Config::load(&path).expect("test config loads");
         edit(&mut config);
-        let running = hub::app::start(config).await.expect("hub starts");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a port for the hub");
+        let running = hub::app::start_on(listener, config)
+            .await
+            .expect("hub starts");
         TestHub {
             base: running.base_url().to_owned(),
             running: Some(running),

@@ -322,7 +322,7 @@ impl Config {
                 ));
             }
             if let Some(secret) = &ch.webhook_secret
-                && let Err(e) = crate::webhooks::signing::Secret::parse(secret)
+                && let Err(e) = crate::core::webhooks::signing::Secret::parse(secret)
             {
                 problems.push(format!("channels[{i}].webhook_secret: {e}"));
             }

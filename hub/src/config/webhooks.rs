@@ -130,7 +130,7 @@ pub(super) fn check(w: &WebhooksConfig, crm: &CrmConfig, problems: &mut Vec<Stri
         problems.push(format!("crm.webhook_url: `{url}` is not an http(s) URL"));
     }
     if let Some(secret) = &crm.webhook_secret
-        && let Err(e) = crate::webhooks::signing::Secret::parse(secret)
+        && let Err(e) = crate::core::webhooks::signing::Secret::parse(secret)
     {
         problems.push(format!("crm.webhook_secret: {e}"));
     }

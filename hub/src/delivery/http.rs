@@ -124,8 +124,8 @@ impl HttpSender {
             headers,
             delivery: Some((&row.id, attempt)),
         };
-        let webhook = row.kind.starts_with(crate::webhooks::EVENT_PREFIX)
-            || row.kind.starts_with(crate::webhooks::CRM_PREFIX);
+        let webhook = row.kind.starts_with(crate::core::webhooks::EVENT_PREFIX)
+            || row.kind.starts_with(crate::core::webhooks::CRM_PREFIX);
         // Only the start of an answer matters to a delivery; a body too large
         // to keep counts as empty (one that broke off is an error, above).
         match self.post(post, timeout).await {

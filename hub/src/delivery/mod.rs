@@ -19,10 +19,10 @@ pub use http::{Attempt, HttpSender, TlsSetupError};
 pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 
 use crate::clock::now_ms;
-use crate::destinations::POLICY_PREFIX;
+use crate::core::webhooks::signing;
+use crate::pipeline::destinations::POLICY_PREFIX;
+use crate::pipeline::wiring::WiringHandle;
 use crate::store::{Claimed, Retry, Store, StoreError};
-use crate::webhooks::signing;
-use crate::wiring::WiringHandle;
 
 /// How a delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +310,7 @@ fn signature_headers(
     row: &Claimed,
     timestamp: i64,
 ) -> Vec<(::http::HeaderName, ::http::HeaderValue)> {
-    let Ok(secret) = crate::webhooks::signing::Secret::parse(secret) else {
+    let Ok(secret) = crate::core::webhooks::signing::Secret::parse(secret) else {
         tracing::warn!("the receiver's signing secret is malformed; sending unsigned");
         return Vec::new();
     };

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::{DeliveryConfig, WebhooksConfig};
-use crate::webhooks::{POLICY_ASYNC, POLICY_SYNC};
+use crate::core::webhooks::{POLICY_ASYNC, POLICY_SYNC};
 
 /// Agent messages to the integrator: the spec's 3 tries, 3 s apart.
 pub const POLICY_CHANNEL: &str = "channel";

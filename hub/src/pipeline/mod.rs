@@ -3,7 +3,9 @@
 //! change, drop or answer the event and to forward payloads. Edges and the
 //! core never skip this step.
 
+pub mod destinations;
 mod validate;
+pub mod wiring;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,10 +15,10 @@ use serde_json::{Value, json};
 
 use crate::config::OnError;
 use crate::event::Event;
+use crate::pipeline::wiring::{Route, WiringHandle};
 use crate::runtime::{Action, Forward, Plugin, PluginEvent};
 use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
-use crate::wiring::{Route, WiringHandle};
 
 pub use validate::{AutoReply, action as check_action, auto_reply};
 

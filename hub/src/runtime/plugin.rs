@@ -14,8 +14,8 @@ use super::host::HostState;
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::delivery::HttpSender;
-use crate::destinations::{Destination, Destinations};
 use crate::event::{Direction, Event};
+use crate::pipeline::destinations::{Destination, Destinations};
 use crate::store::Store;
 
 /// What host imports reach: the database (key-value), the destinations and

@@ -13,7 +13,7 @@ use super::{
     Answer, Change, CrmError, Crud, Query, body, body_or_default, color, created, crud, invalid,
     is_update, list_all, ok, show, title,
 };
-use crate::app::App;
+use crate::http::App;
 use crate::store::crm::{STATUS_REQUIRE_UPDATE, set_setting_flag, setting_flag, statuses as store};
 use crate::store::{Agent, StoreError};
 

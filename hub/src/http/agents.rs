@@ -1,5 +1,7 @@
 //! The agent API: status, chats, accept/close, replies and the live stream.
 
+pub mod crm;
+
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -15,11 +17,11 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::app::App;
-use crate::conversations::{CoreError, client_view};
+use crate::core::conversations::{CoreError, client_view};
+use crate::http::App;
+use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
 use crate::ids::token_hash;
 use crate::store::Agent;
-use crate::web::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/agent/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -77,7 +79,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         }
         (_, ["calls"] | ["calls", _]) => method_not_allowed(),
         (Method::GET, ["stream"]) => stream(app, &agent).await,
-        (_, ["crm", rest @ ..]) => crate::crm::handle(app, req, &agent, rest).await,
+        (_, ["crm", rest @ ..]) => crate::http::agents::crm::handle(app, req, &agent, rest).await,
         (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => {
             method_not_allowed()
         }
@@ -342,7 +344,7 @@ async fn start_call(app: &App, req: Request<Incoming>, agent: &Agent) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let report = crate::integration::CallReport::Start {
+    let report = crate::core::integration::CallReport::Start {
         chat_id: b.chat_id,
         kind: b.kind,
         phone: b.phone,
@@ -368,7 +370,7 @@ async fn update_call(app: &App, req: Request<Incoming>, agent: &Agent, call_id: 
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let report = crate::integration::CallReport::Status {
+    let report = crate::core::integration::CallReport::Status {
         call_id,
         status: b.status,
         reason: b.reason,

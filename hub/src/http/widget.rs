@@ -5,10 +5,10 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::app::App;
-use crate::conversations::CoreError;
-use crate::offline::{OfflineForm, OfflineOutcome};
-use crate::web::{Resp, json, method_not_allowed, parse_json, read_body};
+use crate::core::conversations::CoreError;
+use crate::core::offline::{OfflineForm, OfflineOutcome};
+use crate::http::App;
+use crate::http::respond::{Resp, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/widget/v1/<public_id>/...`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {

@@ -13,7 +13,7 @@ use super::{
     Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
     nullable, ok, remove, show, title,
 };
-use crate::app::App;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::deals::{self as store, DealFilter, DealInput};
 use crate::store::crm::{agent_exists, clients, pipelines};

@@ -12,7 +12,7 @@ use super::{
     Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
     nullable, ok, path_id, remove, show,
 };
-use crate::app::App;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::tasks::{self as store, COMPLETED, TaskFilter, TaskInput};
 use crate::store::crm::{agent_exists, clients, deals};

@@ -5,11 +5,11 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::channel::parse_customer_message;
 
-use crate::app::App;
-use crate::conversations::{CoreError, Ingested};
+use crate::core::conversations::{CoreError, Ingested};
+use crate::http::App;
+use crate::http::respond::{Resp, json, method_not_allowed, read_body, text};
 use crate::ids::constant_time_eq;
 use crate::store::Channel;
-use crate::web::{Resp, json, method_not_allowed, read_body, text};
 
 /// Handles `/<random_string>/<public_id>` and `/<random_string>/<public_id>/status`.
 pub async fn handle(

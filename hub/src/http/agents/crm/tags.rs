@@ -13,7 +13,7 @@ use super::{
     Answer, Change, CrmError, Crud, body, created, crud, invalid, is_update, list_all, ok, remove,
     show, title,
 };
-use crate::app::App;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::{TAGS_ADMINISTRATORS_ONLY, set_setting_flag, setting_flag, tags as store};
 

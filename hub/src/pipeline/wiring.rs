@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, OnError};
 use crate::delivery::HttpSender;
-use crate::destinations::Destinations;
+use crate::pipeline::destinations::Destinations;
 use crate::runtime::{Origin, Plugin, Runtime, Services};
 use crate::store::Store;
 

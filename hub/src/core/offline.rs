@@ -8,13 +8,13 @@ use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::clock::now_ms;
-use crate::conversations::{Conversations, CoreError};
+use crate::core::conversations::{Conversations, CoreError};
+use crate::core::webhooks::{self, payload};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, Verdict, enqueue_forwards};
 use crate::store::chats::{NewMessage, insert_chat, insert_message, set_chat_state, upsert_client};
 use crate::store::events::insert_event;
 use crate::store::{Author, Channel, ChatState};
-use crate::webhooks::{self, payload};
 
 /// The offline form, as `sendOfflineMessage` takes it; unknown fields are refused.
 #[derive(Debug, Clone, Deserialize)]

@@ -9,7 +9,6 @@ mod clients;
 mod deals;
 mod organizations;
 mod pipelines;
-pub mod reminders;
 mod statuses;
 mod tags;
 mod tasks;
@@ -22,10 +21,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::json;
 use sqlx::AnyConnection;
 
-use crate::app::App;
 use crate::clock::now_ms;
+use crate::http::App;
+use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
 use crate::store::{Agent, StoreError, WriteTx};
-use crate::web::{Resp, error, json, method_not_allowed, read_body};
 
 /// Longest title, name or text line the CRM keeps, in characters.
 const MAX_TITLE: usize = 255;
@@ -218,7 +217,7 @@ async fn raw_body(app: &App, req: Request<Incoming>) -> Result<Bytes, CrmError> 
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CrmError> {
-    crate::web::parse_json(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
+    crate::http::respond::parse_json(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
 }
 
 /// For `Option<Option<T>>` fields: absent is `None`, `null` is `Some(None)`.
@@ -387,14 +386,14 @@ impl<'a> Change<'a> {
 
     /// Queues a CRM webhook in this transaction.
     pub(crate) async fn crm(&mut self, event: CrmEvent) -> Result<(), CrmError> {
-        crate::webhooks::queue_crm(&mut self.w.tx, &self.app.config.crm, event, self.now_ms)
+        crate::core::webhooks::queue_crm(&mut self.w.tx, &self.app.config.crm, event, self.now_ms)
             .await?;
         Ok(())
     }
 
     /// Queues the event webhook `client_updated` in this transaction.
     pub(crate) async fn client_updated(&mut self, client_id: i64) -> Result<(), CrmError> {
-        crate::webhooks::queue_client_updated(&mut self.w.tx, client_id, self.now_ms).await?;
+        crate::core::webhooks::queue_client_updated(&mut self.w.tx, client_id, self.now_ms).await?;
         Ok(())
     }
 

@@ -6,10 +6,10 @@ use plugin_api::webhook::{Call, CallStatus, CallType};
 use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
-use crate::conversations::{Conversations, CoreError};
+use crate::core::conversations::{Conversations, CoreError};
+use crate::core::webhooks::{self, payload, reply::Integration};
 use crate::store::Agent;
 use crate::store::chats::integration_of;
-use crate::webhooks::{self, payload, reply::Integration};
 
 /// Most attributes one client keeps.
 const MAX_ATTRIBUTES: usize = 100;

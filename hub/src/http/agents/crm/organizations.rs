@@ -12,7 +12,7 @@ use plugin_api::crm::{
 use serde::Deserialize;
 
 use super::{Answer, Change, CrmError, Crud, body, created, crud, list_all, ok, show, title};
-use crate::app::App;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::{clients, organizations as store};
 

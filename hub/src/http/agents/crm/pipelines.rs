@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{
     Answer, Change, CrmError, Crud, body, color, created, crud, invalid, list_all, ok, show, title,
 };
-use crate::app::App;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::pipelines::{self as store, PipelineInput, ReasonInput, StageInput};
 

@@ -63,7 +63,7 @@ async fn fire_due(store: &Store, crm: &CrmConfig, kick: &Kick) -> Result<Option<
                 continue;
             }
             if let Some(task) = tasks::get(&mut w.tx, *id).await? {
-                crate::webhooks::queue_crm(
+                crate::core::webhooks::queue_crm(
                     &mut w.tx,
                     crm,
                     CrmEvent::CrmTask(TaskEvent::FiredTask(task)),

@@ -5,8 +5,8 @@ use std::fmt::Write;
 
 use http::StatusCode;
 
-use crate::app::App;
-use crate::web::{Resp, full, with_type};
+use crate::http::App;
+use crate::http::respond::{Resp, full, with_type};
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -97,7 +97,7 @@ fn escape(label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhooks::reply::SkippedCounts;
+    use crate::core::webhooks::reply::SkippedCounts;
 
     #[test]
     fn skipped_reply_fields_are_counted_by_event_and_field() {

@@ -2,6 +2,16 @@
 //! bounds how long a client may take to send a request, and drains
 //! connections on shutdown.
 
+pub mod admin;
+pub mod agents;
+pub mod channel;
+pub mod metrics;
+pub mod respond;
+mod state;
+pub mod widget;
+
+pub use state::App;
+
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,8 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
-use crate::app::App;
-use crate::web::{Resp, method_not_allowed, not_found, segments, text};
+use crate::http::respond::{Resp, method_not_allowed, not_found, segments, text};
 
 pub async fn serve(
     listener: TcpListener,
@@ -212,7 +221,7 @@ impl AsyncWrite for Socket {
 }
 
 /// The agent, admin and widget APIs as an OpenAPI document.
-const OPENAPI: &str = include_str!("../../docs/openapi.json");
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// Sends a request to the edge that owns its path.
 pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
@@ -224,23 +233,25 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             _ => method_not_allowed(),
         },
         ["openapi.json"] => match *req.method() {
-            Method::GET => crate::web::with_type(
+            Method::GET => crate::http::respond::with_type(
                 StatusCode::OK,
                 "application/json",
-                crate::web::full(OPENAPI),
+                crate::http::respond::full(OPENAPI),
             ),
             _ => method_not_allowed(),
         },
         ["metrics"] => match *req.method() {
-            Method::GET => crate::metrics::handle(app),
+            Method::GET => crate::http::metrics::handle(app),
             _ => method_not_allowed(),
         },
-        ["admin", "v1", rest @ ..] => crate::admin::handle(app, req, rest).await,
-        ["agent", "v1", rest @ ..] => crate::agents::handle(app, req, rest).await,
-        ["widget", "v1", rest @ ..] => crate::widget::handle(app, req, rest).await,
-        [secret, public_id] => crate::channel::handle(app, req, secret, public_id, false).await,
+        ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
+        ["agent", "v1", rest @ ..] => crate::http::agents::handle(app, req, rest).await,
+        ["widget", "v1", rest @ ..] => crate::http::widget::handle(app, req, rest).await,
+        [secret, public_id] => {
+            crate::http::channel::handle(app, req, secret, public_id, false).await
+        }
         [secret, public_id, "status"] => {
-            crate::channel::handle(app, req, secret, public_id, true).await
+            crate::http::channel::handle(app, req, secret, public_id, true).await
         }
         _ => not_found(),
     }

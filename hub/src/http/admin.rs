@@ -5,11 +5,11 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::app::App;
+use crate::core::provisioning::{self, ChannelSpec, ProvisionError};
+use crate::http::App;
+use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
 use crate::ids::constant_time_eq;
-use crate::provisioning::{self, ChannelSpec, ProvisionError};
 use crate::store::OutboxState;
-use crate::web::{Resp, bearer, error, json, method_not_allowed, read_body};
 
 /// Routes `/admin/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -73,7 +73,7 @@ async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -
     let bytes = read_body(req, &app.config.server)
         .await
         .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
-    crate::web::parse_json(&bytes).map_err(|e| {
+    crate::http::respond::parse_json(&bytes).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
@@ -227,7 +227,7 @@ async fn set_webhook(app: &App, req: Request<Incoming>, id: &str) -> Resp {
         Err(e) => return store_failure(e.into()),
     };
     let secret = if b.generate_secret {
-        Some(crate::webhooks::signing::Secret::generate())
+        Some(crate::core::webhooks::signing::Secret::generate())
     } else {
         b.secret
     };

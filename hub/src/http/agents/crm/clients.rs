@@ -20,8 +20,8 @@ use super::{
     Answer, Change, CrmError, Query, body, created, invalid, is_update, nullable, ok,
     optional_text, optional_url, path_id, title,
 };
-use crate::app::App;
 use crate::clock::now_ms;
+use crate::http::App;
 use crate::store::Agent;
 use crate::store::crm::clients::{self as store, Block, ClientFilter, NewClient, ProfilePatch};
 use crate::store::crm::deals::DealFilter;

@@ -12,9 +12,10 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::core::live::{Live, LiveEvent};
+use crate::core::webhooks::{self, reply};
 use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING, Staged};
 use crate::event::{Direction, Event, EventKind};
-use crate::live::{Live, LiveEvent};
 use crate::pipeline::FORWARD_KIND;
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
 use crate::store::chats::{
@@ -28,7 +29,6 @@ use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Claimed, Client, DeliveryState, MessageRow,
     NewDelivery, OutboxState, Store, StoreError,
 };
-use crate::webhooks::{self, reply};
 
 /// Why an action was refused; edges map each case to their status codes.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,13 @@
+//! The core: what the hub does with an event once an edge has parsed it —
+//! conversations and their delivery outcomes, offline messages, agent actions
+//! integrators hear of, provisioning, event and CRM webhooks, live updates to
+//! agents and CRM task reminders. It runs every event through the pipeline
+//! before it touches state.
+
+pub mod conversations;
+pub mod integration;
+pub mod live;
+pub mod offline;
+pub mod provisioning;
+pub mod reminders;
+pub mod webhooks;

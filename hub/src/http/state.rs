@@ -1,0 +1,32 @@
+//! What every request handler can reach: the edges share this, never the assembler.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::core::conversations::Conversations;
+use crate::core::live::Live;
+use crate::delivery::Kick;
+use crate::pipeline::wiring::WiringHandle;
+use crate::runtime::Runtime;
+use crate::store::Store;
+
+/// What every request handler can reach.
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub live: Live,
+    pub conversations: Arc<Conversations>,
+    pub runtime: Runtime,
+    pub wiring: WiringHandle,
+    /// Wakes the deliverer after something was queued outside the core.
+    pub kick: Kick,
+    /// Public base URL, no trailing slash.
+    pub base: String,
+    /// The installation's random path segment of channel endpoints.
+    pub path_secret: String,
+    pub admin_token: Option<String>,
+    /// Turns true when the hub stops; long-lived responses end on it.
+    pub shutdown: watch::Receiver<bool>,
+}
