@@ -9,6 +9,7 @@ mod agent_api;
 mod channel_ingress;
 mod crm;
 mod delivery;
+mod examples;
 mod plugins;
 mod process;
 mod webhooks;

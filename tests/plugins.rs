@@ -751,3 +751,171 @@ async fn a_plugin_may_drop_or_refuse_an_offline_message() {
     assert_eq!(listed["chats"], json!([]));
     s.hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_plugin_on_every_kind_sees_every_inbound_action_before_it_changes_anything() {
+    // No plugins while the chat is set up; then one that drops everything.
+    let s = Setup::start(String::new()).await;
+    s.hub.say(&s.web, json!(9), "hello").await;
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat id");
+    let config = s.hub.dir.path().join("hub.toml");
+    let original = std::fs::read_to_string(&config).expect("config");
+    let wiring = plugin_toml("gate", "fault", "", "fault = \"drop\"\nreason = \"closed\"")
+        + &route_toml("\"*\"", "\"gate\"", "reject");
+    std::fs::write(&config, format!("{original}\n{wiring}")).expect("write config");
+    s.hub.running().reload().await.expect("reload");
+    let calls = || s.counter("hub_plugin_calls_total{plugin=\"gate\"}");
+
+    // Each action crosses the plugin once, and its drop leaves state alone.
+    let before = calls().await;
+    s.hub.say(&s.web, json!(9), "are you there?").await;
+    assert_eq!(calls().await, before + 1.0, "channel.customer_message");
+    assert_eq!(
+        s.chat_texts().await.len(),
+        1,
+        "a dropped message was stored"
+    );
+
+    let before = calls().await;
+    let (status, answer) = offline_form(
+        &s,
+        json!({ "email": "eve@example.com", "message": "call me" }),
+    )
+    .await;
+    assert_eq!((status, answer), (200, json!({ "result": "ok" })));
+    assert_eq!(calls().await, before + 1.0, "widget.offline_message");
+
+    let dropped = |what: &'static str, status: u16, v: Value| {
+        assert_eq!(status, 409, "{what}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("dropped by a plugin: gate: closed")),
+            "{what}: {v}"
+        );
+    };
+    let actions: [(&str, reqwest::Method, String, Option<Value>); 6] = [
+        (
+            "channel.agent_message",
+            reqwest::Method::POST,
+            format!("/agent/v1/chats/{chat}/messages"),
+            Some(json!({ "type": "text", "text": "hi" })),
+        ),
+        (
+            "agent.accept",
+            reqwest::Method::POST,
+            format!("/agent/v1/chats/{chat}/accept"),
+            None,
+        ),
+        (
+            "agent.attributes",
+            reqwest::Method::PUT,
+            format!("/agent/v1/chats/{chat}/attributes"),
+            Some(json!({ "attributes": { "plan": "pro" } })),
+        ),
+        (
+            "agent.crm_link",
+            reqwest::Method::POST,
+            format!("/agent/v1/chats/{chat}/crm-link"),
+            None,
+        ),
+        (
+            "agent.call",
+            reqwest::Method::POST,
+            "/agent/v1/calls".to_owned(),
+            Some(json!({ "chat_id": chat, "type": "callback", "phone": "+15550111" })),
+        ),
+        (
+            "agent.close",
+            reqwest::Method::POST,
+            format!("/agent/v1/chats/{chat}/close"),
+            None,
+        ),
+    ];
+    for (kind, method, path, body) in actions {
+        let before = calls().await;
+        let (status, v) = s.ann.send(method, &path, body).await;
+        dropped(kind, status, v);
+        assert_eq!(
+            calls().await,
+            before + 1.0,
+            "{kind} crossed the plugin once"
+        );
+    }
+    let view = s.ann.chat(chat).await;
+    assert_eq!(view["chat"]["state"], "open", "{view}");
+    assert_eq!(view["messages"].as_array().map(Vec::len), Some(1));
+    // Every dropped event is in the log, with its kind.
+    let kinds: Vec<String> = s
+        .hub
+        .store()
+        .events_of_chat(chat)
+        .await
+        .expect("event log")
+        .iter()
+        .map(|e| e.kind.as_str().to_owned())
+        .collect();
+    for kind in [
+        "channel.agent_message",
+        "agent.accept",
+        "agent.attributes",
+        "agent.crm_link",
+        "agent.call",
+        "agent.close",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "{kind} not logged: {kinds:?}"
+        );
+    }
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn key_value_writes_are_kept_only_with_the_event_they_belong_to() {
+    // spam-guard counts messages in its key-value store; a later plugin on
+    // the same rejecting route fails, so the message is refused.
+    let wiring = plugin_toml(
+        "spam-guard",
+        "spam_guard",
+        "kv = true",
+        "max_messages = 100\nwindow_secs = 3600",
+    ) + &plugin_toml("broken", "fault", "", "fault = \"error\"")
+        + &route_toml(customer_route(), "\"spam-guard\", \"broken\"", "reject");
+    let s = Setup::start(wiring).await;
+    let (status, _) = s
+        .hub
+        .customer(
+            &s.web,
+            json!({ "sender": { "id": 5 }, "message": { "type": "text", "text": "hi" } }),
+        )
+        .await;
+    assert_eq!(status, 503, "the broken plugin refuses the message");
+    assert_eq!(
+        s.counter("hub_plugin_calls_total{plugin=\"spam-guard\"}")
+            .await,
+        1.0,
+        "spam-guard ran and wrote its counter"
+    );
+    let key = format!("rate:{}:5", s.web.raw["id"]);
+    let kept = s.hub.store().kv_get("spam-guard", &key).await.expect("kv");
+    assert_eq!(
+        kept, None,
+        "a refused event kept a plugin's write: {kept:?}"
+    );
+    s.hub.shutdown().await;
+
+    // The same message accepted: the write is there.
+    let wiring = plugin_toml(
+        "spam-guard",
+        "spam_guard",
+        "kv = true",
+        "max_messages = 100\nwindow_secs = 3600",
+    ) + &route_toml(customer_route(), "\"spam-guard\"", "reject");
+    let s = Setup::start(wiring).await;
+    s.hub.say(&s.web, json!(5), "hi").await;
+    let key = format!("rate:{}:5", s.web.raw["id"]);
+    let kept = s.hub.store().kv_get("spam-guard", &key).await.expect("kv");
+    assert!(kept.is_some(), "the write of a stored event is kept");
+    s.hub.shutdown().await;
+}

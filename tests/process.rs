@@ -14,9 +14,18 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(20);
 const AGENT_EMAIL: &str = "ann@example.com";
 
+/// The `hub` binary without the developer's own `HUB_*` variables; a test sets the ones it means.
+fn hub_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hub"));
+    for var in hub::config::ENV_OVERRIDES {
+        command.env_remove(var);
+    }
+    command
+}
+
 /// Runs `hub --config <config> <args…>` to its end, with extra environment.
 fn hub_cli(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hub"))
+    hub_command()
         .arg("--config")
         .arg(config)
         .args(args)
@@ -379,7 +388,7 @@ async fn channels_and_agents_made_on_the_command_line_work() {
 /// `hub serve` with `HUB_*` variables set; ready once `/healthz` answers at `listen`.
 async fn serve_with_env(config: &Path, listen: &str, env: &[(&str, &str)]) -> HubProcess {
     let log = std::fs::File::create(config.with_file_name("serve.log")).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_hub"))
+    let child = hub_command()
         .args(["serve", "--config"])
         .arg(config)
         .envs(env.iter().copied())

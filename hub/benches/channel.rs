@@ -207,7 +207,7 @@ async fn start_hub(
     );
     let path = dir.join("hub.toml");
     std::fs::write(&path, config_text).expect("write config");
-    let config = hub::config::Config::load(&path).expect("config");
+    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
     let running = hub::app::start(config).await.expect("start hub");
     let http = reqwest::Client::new();
     let base = running.base_url().to_owned();

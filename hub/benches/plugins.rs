@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use hub::config::Config;
 use hub::core::provisioning::{ChannelSpec, create_channel};
-use hub::delivery::HttpSender;
 use hub::event::{Direction, Event, EventKind};
+use hub::outbound::HttpSender;
 use hub::pipeline::wiring::{Wiring, WiringHandle};
 use hub::pipeline::{Pipeline, Verdict};
 use hub::runtime::Runtime;
@@ -114,6 +114,9 @@ async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figure
     }
 }
 
+// SAFETY: see the `set_var` call below: no other thread exists yet.
+#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
+#[allow(clippy::disallowed_methods, reason = "as in the hub's own `main`")]
 fn main() {
     // As in the hub's own `main`: no backtrace per plugin call (see there).
     if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {

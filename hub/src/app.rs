@@ -13,8 +13,9 @@ use crate::config::{Config, ConfigError};
 use crate::core::conversations::Conversations;
 use crate::core::live::Live;
 use crate::core::provisioning::{self, ProvisionError};
-use crate::delivery::{Deliverer, HttpSender, Kick, Policies};
+use crate::delivery::{Deliverer, Kick, Policies};
 use crate::http::App;
+use crate::outbound::{HttpSender, TlsSetupError};
 use crate::pipeline::Pipeline;
 use crate::pipeline::wiring::{Wiring, WiringHandle};
 use crate::runtime::{Runtime, RuntimeError};
@@ -33,7 +34,7 @@ pub enum StartError {
     #[error("declared channels: {0}")]
     Provision(#[from] ProvisionError),
     #[error(transparent)]
-    Tls(#[from] crate::delivery::TlsSetupError),
+    Tls(#[from] TlsSetupError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
     #[error("plugins:\n  {}", .0.join("\n  "))]
@@ -85,6 +86,8 @@ pub struct Running {
     base: String,
     store: Store,
     source: Option<std::path::PathBuf>,
+    /// The environment the configuration was loaded with; a reload reads the file with it again.
+    env: crate::config::Env,
     loader: Loader,
     wiring: WiringHandle,
     stop: watch::Sender<bool>,
@@ -112,7 +115,7 @@ impl Running {
     /// destinations in force. On any error the old ones stay.
     pub async fn reload(&self) -> Result<(), ReloadError> {
         let file = self.source.as_deref().ok_or(ReloadError::NoFile)?;
-        let config = Config::load(file)?;
+        let config = Config::load_with(file, &self.env)?;
         let wiring = self
             .loader
             .load(config)
@@ -212,6 +215,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         kick.clone(),
     );
     let source = config.source.clone();
+    let env = config.env.clone();
     let app = Arc::new(App {
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
         config: Arc::new(config),
@@ -239,6 +243,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         base,
         store,
         source,
+        env,
         loader,
         wiring,
         stop,

@@ -15,6 +15,13 @@ impl EventKind {
     pub const CUSTOMER_TYPING: EventKind = EventKind::fixed("channel.customer_typing");
     pub const AGENT_MESSAGE: EventKind = EventKind::fixed("channel.agent_message");
     pub const AGENT_TYPING: EventKind = EventKind::fixed("channel.agent_typing");
+    /// Agent actions integrators hear of; plugins see them before anything
+    /// changes, and may drop or refuse them.
+    pub const AGENT_ACCEPT: EventKind = EventKind::fixed("agent.accept");
+    pub const AGENT_CLOSE: EventKind = EventKind::fixed("agent.close");
+    pub const AGENT_CRM_LINK: EventKind = EventKind::fixed("agent.crm_link");
+    pub const AGENT_ATTRIBUTES: EventKind = EventKind::fixed("agent.attributes");
+    pub const AGENT_CALL: EventKind = EventKind::fixed("agent.call");
     /// A visitor's message through the widget's offline form.
     pub const OFFLINE_MESSAGE: EventKind = EventKind::fixed("widget.offline_message");
     pub const DELIVERY_RESULT: EventKind = EventKind::fixed("channel.delivery_result");

@@ -15,6 +15,7 @@ pub mod delivery;
 pub mod event;
 pub mod http;
 pub mod ids;
+pub mod outbound;
 pub mod pipeline;
 pub mod runtime;
 pub mod store;

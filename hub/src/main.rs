@@ -155,6 +155,12 @@ fn main() -> std::process::ExitCode {
 /// that captures a backtrace whenever `RUST_BACKTRACE` is set: tens of
 /// microseconds per call for nothing. Library backtraces are off unless
 /// asked for with `RUST_LIB_BACKTRACE`; panics still honour `RUST_BACKTRACE`.
+// SAFETY: see the call; `set_var` is sound only while no other thread exists.
+#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one place the hub changes its environment: first thing in `main`"
+)]
 fn quiet_library_backtraces() {
     if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
         // SAFETY: called first thing in `main`, before any other thread exists.
@@ -163,8 +169,9 @@ fn quiet_library_backtraces() {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("info,{}", hub::store::QUIET_DRIVER_LOGS))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::{Config, PluginConfig};
-use crate::delivery::HttpSender;
 use crate::event::{Direction, Event, EventKind};
+use crate::outbound::HttpSender;
 use crate::pipeline::destinations::Destinations;
 use crate::pipeline::wiring::Wiring;
 use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
@@ -178,8 +178,7 @@ pub async fn run(
 
     let scratch = Scratch::open().await?;
     let runtime = runtime(config)?;
-    let destinations = Destinations::from_config(&config.destinations, |k| std::env::var(k).ok())
-        .map_err(TryoutError::Setup)?;
+    let destinations = Destinations::from_config(&config.destinations);
     let services = Services {
         store: scratch.store.clone(),
         destinations: Arc::new(destinations),
@@ -205,6 +204,7 @@ pub async fn run(
         .iter()
         .map(|f| json!({ "destination": f.destination.name, "payload": f.payload }))
         .collect();
+    let kv_writes = outcome.kv_writes;
     let mut out = match outcome.action {
         Action::Continue(None) => json!({ "outcome": "continue", "changed": false }),
         Action::Continue(Some(p)) => {
@@ -214,6 +214,8 @@ pub async fn run(
         Action::Reply(reply) => json!({ "outcome": "reply", "reply": reply }),
     };
     out["forwards"] = Value::Array(forwards);
+    // Shown, not kept: the scratch database goes away with the test.
+    out["kv_writes"] = json!(kv_writes);
     out["micros"] = json!(micros);
     Ok(out)
 }

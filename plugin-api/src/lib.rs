@@ -2,6 +2,8 @@
 //! interfaces, so that each wire format has exactly one definition, and the SDK
 //! plugins are written with ([`sdk`], [`testing`], and `guest` for wasm).
 
+#![forbid(unsafe_code)]
+
 // The generated bindings name this crate by its absolute path so that
 // `export_plugin!` expands the same inside plugin crates.
 #[cfg(feature = "guest")]

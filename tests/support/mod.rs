@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hub::app::Running;
-use hub::config::Config;
+use hub::config::{Config, Env};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -148,7 +148,8 @@ impl TestHub {
         edit: impl FnOnce(&mut Config),
     ) -> TestHub {
         let path = write_config(dir.path(), &opts, "127.0.0.1:0");
-        let mut config = Config::load(&path).expect("test config loads");
+        // No environment: a developer's own `HUB_*` variables stay out of the suite.
+        let mut config = Config::load_with(&path, &Env::empty()).expect("test config loads");
         edit(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -645,7 +646,12 @@ pub struct HubProcess {
 impl HubProcess {
     /// Starts `hub serve --config <config>` and waits for its `listening` line.
     pub fn spawn(config: &Path) -> HubProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hub"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hub"));
+        // The file alone configures the hub: a developer's own `HUB_*` variables stay out.
+        for var in hub::config::ENV_OVERRIDES {
+            command.env_remove(var);
+        }
+        let mut child = command
             .args(["serve", "--config"])
             .arg(config)
             .env("RUST_LOG", "info")

@@ -1,5 +1,11 @@
 //! `hub.toml`: the operator's one configuration file, its defaults, the
 //! environment overrides used in deployment, and the checks `hub check` runs.
+//!
+//! Loading is one step: parse, apply the `HUB_*` overrides, check every key
+//! (all problems at once) and fill in `${VAR}`, with the environment read
+//! through one injected [`Env`]. The result carries what the checks produced
+//! (destination headers expanded and marked sensitive), so nothing reads the
+//! environment or expands a value again later.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,8 +13,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod env;
+#[cfg(test)]
+mod fixtures;
 mod webhooks;
 mod wiring;
+
+pub use env::Env;
 
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
 pub use wiring::{
@@ -49,6 +60,25 @@ pub struct Config {
     /// The file itself, when the configuration was loaded from one; reload reads it again.
     #[serde(skip)]
     pub source: Option<PathBuf>,
+    /// The environment the file was read with, for a reload to read it the
+    /// same way. What loading took from it is in the fields above already
+    /// (overrides applied, `${VAR}` filled in): nothing reads it after.
+    #[serde(skip)]
+    pub env: Env,
+}
+
+/// The keys a `HUB_*` variable set, so problems name the variable too.
+#[derive(Default)]
+struct Overrides(Vec<(&'static str, &'static str)>);
+
+impl Overrides {
+    /// `key`, followed by the variable that set it, if one did.
+    fn key(&self, key: &'static str) -> String {
+        match self.0.iter().find(|(k, _)| *k == key) {
+            Some((_, var)) => format!("{key} ({var})"),
+            None => key.to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,11 +212,11 @@ impl Default for DeliveryConfig {
 /// A configuration that cannot be used, with every reason found.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
+    // The reason is in the text and not a `source`, so `{:#}` does not print it twice.
+    #[error("{file}: cannot read: {error}")]
     Read {
         file: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{file}: {message}")]
     Parse { file: PathBuf, message: String },
@@ -202,32 +232,63 @@ pub const ENV_LISTEN: &str = "HUB_LISTEN";
 pub const ENV_PUBLIC_URL: &str = "HUB_PUBLIC_URL";
 pub const ENV_DATABASE_URL: &str = "HUB_DATABASE_URL";
 pub const ENV_ADMIN_TOKEN: &str = "HUB_ADMIN_TOKEN";
+/// Every override, for a test to keep the developer's own out of a `hub` it spawns.
+pub const ENV_OVERRIDES: [&str; 4] = [
+    ENV_LISTEN,
+    ENV_PUBLIC_URL,
+    ENV_DATABASE_URL,
+    ENV_ADMIN_TOKEN,
+];
 
 impl Config {
-    /// Reads `file`, applies the environment overrides and validates the result.
+    /// Reads `file` with the process environment. Only `main` calls this;
+    /// everything else passes its environment to [`Config::load_with`].
     pub fn load(file: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+        Config::load_with(file, &Env::process())
+    }
+
+    /// Reads `file`, applies the `HUB_*` overrides and fills in `${VAR}`,
+    /// both read through `env` and only here, and checks the result.
+    pub fn load_with(file: &Path, env: &Env) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|error| ConfigError::Read {
             file: file.to_owned(),
-            source,
+            error,
         })?;
-        let mut config = Config::parse(&text, file)?;
+        let mut config = Config::from_toml(&text, file, env)?;
         config.source = Some(file.to_owned());
-        config.apply_env(file, |k| std::env::var(k).ok())?;
-        config.validate(file)?;
         Ok(config)
     }
 
-    /// Parses TOML text; `file` names the source in errors and anchors relative paths.
+    /// TOML text checked as [`Config::load_with`] checks a file, without any
+    /// environment variable set. `file` names the source in errors and
+    /// anchors relative paths.
     pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        Config::from_toml(text, file, &Env::empty())
+    }
+
+    /// TOML text with the overrides and `${VAR}` read through `env`, checked:
+    /// the configuration as the hub uses it, or every problem found.
+    pub fn from_toml(text: &str, file: &Path, env: &Env) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             file: file.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
+            message: parse_message(text, &e),
         })?;
         config.base_dir = match file.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
             _ => PathBuf::from("."),
         };
-        Ok(config)
+        let mut problems = Vec::new();
+        let overrides = config.apply_env(env, &mut problems);
+        config.check(&overrides, env, &mut problems);
+        config.env = env.clone();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                file: file.to_owned(),
+                problems,
+            })
+        }
     }
 
     /// A path from the file, resolved against the file's directory.
@@ -239,39 +300,44 @@ impl Config {
         }
     }
 
-    /// Applies `HUB_*` overrides read through `get`.
-    pub fn apply_env(
-        &mut self,
-        file: &Path,
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), ConfigError> {
-        if let Some(listen) = get(ENV_LISTEN) {
-            self.server.listen = listen.parse().map_err(|_| ConfigError::Invalid {
-                file: file.to_owned(),
-                problems: vec![format!(
-                    "{ENV_LISTEN}: `{listen}` is not an address like 0.0.0.0:8080"
-                )],
-            })?;
+    /// Applies the `HUB_*` overrides read through `env`; says which keys they set.
+    fn apply_env(&mut self, env: &Env, problems: &mut Vec<String>) -> Overrides {
+        let mut set = Overrides::default();
+        if let Some(listen) = env.get(ENV_LISTEN) {
+            match listen.parse() {
+                Ok(addr) => self.server.listen = addr,
+                Err(_) => problems.push(format!(
+                    "server.listen ({ENV_LISTEN}): `{listen}` is not an address like 0.0.0.0:8080"
+                )),
+            }
+            set.0.push(("server.listen", ENV_LISTEN));
         }
-        if let Some(url) = get(ENV_PUBLIC_URL) {
+        if let Some(url) = env.get(ENV_PUBLIC_URL) {
             self.server.public_url = Some(url);
+            set.0.push(("server.public_url", ENV_PUBLIC_URL));
         }
-        if let Some(url) = get(ENV_DATABASE_URL) {
+        if let Some(url) = env.get(ENV_DATABASE_URL) {
             self.storage.url = url;
+            set.0.push(("storage.url", ENV_DATABASE_URL));
         }
-        if let Some(token) = get(ENV_ADMIN_TOKEN) {
+        if let Some(token) = env.get(ENV_ADMIN_TOKEN) {
             self.admin.token = Some(token);
+            set.0.push(("admin.token", ENV_ADMIN_TOKEN));
         }
-        Ok(())
+        set
     }
 
-    /// Checks what serde cannot: URLs, limits and duplicate channel names.
-    pub fn validate(&self, file: &Path) -> Result<(), ConfigError> {
-        let mut problems = Vec::new();
+    /// Checks what serde cannot (URLs, limits, names, references) and fills
+    /// in what loading derives from the checked values: the destination
+    /// headers with `${VAR}` read through `env`.
+    fn check(&mut self, overrides: &Overrides, env: &Env, problems: &mut Vec<String>) {
         if let Some(url) = &self.server.public_url
             && !is_http_url(url)
         {
-            problems.push(format!("server.public_url: `{url}` is not an http(s) URL"));
+            problems.push(format!(
+                "{}: `{url}` is not an http(s) URL",
+                overrides.key("server.public_url")
+            ));
         }
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes: must be at least 1024".to_owned());
@@ -284,12 +350,16 @@ impl Config {
         }
         if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres")) {
             problems.push(format!(
-                "storage.url: `{}` is neither sqlite://… nor postgres://…",
+                "{}: `{}` is neither sqlite://… nor postgres://…",
+                overrides.key("storage.url"),
                 self.storage.url
             ));
         }
         if self.admin.token.as_deref().is_some_and(|t| t.len() < 16) {
-            problems.push("admin.token: must be at least 16 characters".to_owned());
+            problems.push(format!(
+                "{}: must be at least 16 characters",
+                overrides.key("admin.token")
+            ));
         }
         if self.delivery.attempts == 0 {
             problems.push("delivery.attempts: must be at least 1".to_owned());
@@ -322,7 +392,7 @@ impl Config {
                 ));
             }
             if let Some(secret) = &ch.webhook_secret
-                && let Err(e) = crate::core::webhooks::signing::Secret::parse(secret)
+                && let Err(e) = crate::outbound::signing::Secret::parse(secret)
             {
                 problems.push(format!("channels[{i}].webhook_secret: {e}"));
             }
@@ -334,16 +404,8 @@ impl Config {
                 }
             }
         }
-        wiring::check(self, &mut problems);
-        webhooks::check(&self.webhooks, &self.crm, &mut problems);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid {
-                file: file.to_owned(),
-                problems,
-            })
-        }
+        wiring::check(self, env, problems);
+        webhooks::check(&self.webhooks, &self.crm, problems);
     }
 
     /// The base of every endpoint URL handed to integrators, without a trailing slash.
@@ -373,6 +435,63 @@ impl DeliveryConfig {
     }
 }
 
+/// A TOML or serde error as `key: message (line L, column C)`, the key found
+/// from where the error points (`server.lisen`, `channels[1]`); toml's own
+/// text, with the line quoted, when the text is not TOML at all.
+fn parse_message(text: &str, e: &toml::de::Error) -> String {
+    let whole = || e.to_string().trim_end().to_owned();
+    let Some(at) = e.span().map(|s| s.start) else {
+        return whole();
+    };
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        return whole();
+    };
+    let Some(key) = key_at(doc.get_ref(), at) else {
+        return whole();
+    };
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!(
+        "{key}: {} (line {line}, column {column})",
+        e.message().trim_end()
+    )
+}
+
+/// The dotted key of the innermost key or value of `table` at byte `at`.
+fn key_at(table: &toml::de::DeTable<'_>, at: usize) -> Option<String> {
+    for (key, value) in table.iter() {
+        if let Some(inner) = value_key_at(value, at) {
+            return Some(format!("{}{inner}", key.get_ref()));
+        }
+        if key.span().contains(&at) {
+            return Some(key.get_ref().to_string());
+        }
+    }
+    None
+}
+
+/// The rest of the key (`.name`, `[2]`, or nothing for the value itself) at byte `at`.
+/// A table's own span is its header only, so containers are searched first.
+fn value_key_at(value: &toml::Spanned<toml::de::DeValue<'_>>, at: usize) -> Option<String> {
+    match value.get_ref() {
+        toml::de::DeValue::Table(table) => {
+            if let Some(inner) = key_at(table, at) {
+                return Some(format!(".{inner}"));
+            }
+        }
+        toml::de::DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                if let Some(inner) = value_key_at(item, at) {
+                    return Some(format!("[{i}]{inner}"));
+                }
+            }
+        }
+        _ => {}
+    }
+    value.span().contains(&at).then(String::new)
+}
+
 /// True for `http://host…` and `https://host…`.
 pub fn is_http_url(url: &str) -> bool {
     let rest = url
@@ -381,70 +500,52 @@ pub fn is_http_url(url: &str) -> bool {
     matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/'))
 }
 
+// Error texts are checked by the fixtures in `tests/fixtures/config/` (see `fixtures.rs`).
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn unknown_keys_name_the_key_and_file() {
-        let err = Config::parse("[server]\nlisen = \"x\"\n", Path::new("conf/hub.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("conf/hub.toml:"), "{err}");
-        assert!(err.contains("lisen"), "{err}");
-    }
-
-    #[test]
-    fn every_problem_is_reported() {
-        let text = r#"
-            [[channels]]
-            name = "a"
-            customer_endpoint = "ftp://x"
-            [[channels]]
-            name = "a"
-            customer_endpoint = "http://x"
-            agents = ["nobody"]
-        "#;
-        let file = Path::new("hub.toml");
-        let err = Config::parse(text, file)
-            .unwrap()
-            .validate(file)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("channels[0].customer_endpoint"), "{err}");
-        assert!(err.contains("channels[1].name"), "{err}");
-        assert!(err.contains("channels[1].agents[0]"), "{err}");
-    }
-
-    #[test]
-    fn read_timeouts_default_and_must_be_positive() {
-        let file = Path::new("hub.toml");
-        let c = Config::parse("", file).unwrap();
+    fn read_timeouts_default() {
+        let c = Config::parse("", Path::new("hub.toml")).unwrap();
         assert_eq!(c.server.header_timeout(), Duration::from_secs(10));
         assert_eq!(c.server.body_timeout(), Duration::from_secs(30));
-        let err = Config::parse(
-            "[server]\nheader_timeout_ms = 0\nbody_timeout_ms = 0\n",
-            file,
-        )
-        .unwrap()
-        .validate(file)
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("server.header_timeout_ms"), "{err}");
-        assert!(err.contains("server.body_timeout_ms"), "{err}");
     }
 
     #[test]
     fn environment_overrides_the_file() {
-        let file = Path::new("hub.toml");
-        let mut c = Config::parse("", file).unwrap();
-        c.apply_env(file, |k| match k {
-            ENV_LISTEN => Some("0.0.0.0:9999".into()),
-            ENV_DATABASE_URL => Some("sqlite://other.db".into()),
-            _ => None,
-        })
-        .unwrap();
+        let env = Env::fixed([
+            (ENV_LISTEN, "0.0.0.0:9999"),
+            (ENV_DATABASE_URL, "sqlite://other.db"),
+            (ENV_ADMIN_TOKEN, "a-token-of-sixteen-chars"),
+        ]);
+        let text = "[storage]\nurl = \"sqlite://file.db\"\n";
+        let c = Config::from_toml(text, Path::new("hub.toml"), &env).unwrap();
         assert_eq!(c.server.listen.port(), 9999);
         assert_eq!(c.storage.url, "sqlite://other.db");
+        assert_eq!(c.admin.token.as_deref(), Some("a-token-of-sixteen-chars"));
+        assert_eq!(c.server.public_url, None);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_named_with_the_reason_once() {
+        let file = Path::new("/nonexistent/hub.toml");
+        let err = Config::load_with(file, &Env::empty()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/nonexistent/hub.toml: cannot read: "),
+            "{err}"
+        );
+        // `hub check` prints the chain: the reason must not come twice.
+        assert!(std::error::Error::source(&err).is_none());
+    }
+
+    #[test]
+    fn without_an_environment_the_file_stands() {
+        let text = "[storage]\nurl = \"sqlite://file.db\"\n";
+        let c = Config::from_toml(text, Path::new("hub.toml"), &Env::empty()).unwrap();
+        assert_eq!(c.storage.url, "sqlite://file.db");
+        assert_eq!(c.server.listen, default_listen());
+        assert_eq!(c.admin.token, None);
     }
 }

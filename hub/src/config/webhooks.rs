@@ -115,11 +115,17 @@ impl Default for CrmConfig {
 
 /// Problems with the two tables, each naming its key.
 pub(super) fn check(w: &WebhooksConfig, crm: &CrmConfig, problems: &mut Vec<String>) {
-    if w.sync_attempts == 0 || w.attempts == 0 {
-        problems.push("webhooks: attempts and sync_attempts must be at least 1".to_owned());
+    if w.sync_attempts == 0 {
+        problems.push("webhooks.sync_attempts: must be at least 1".to_owned());
     }
-    if w.sync_timeout_ms == 0 || w.timeout_ms == 0 {
-        problems.push("webhooks: timeouts must be positive".to_owned());
+    if w.sync_timeout_ms == 0 {
+        problems.push("webhooks.sync_timeout_ms: must be positive".to_owned());
+    }
+    if w.attempts == 0 {
+        problems.push("webhooks.attempts: must be at least 1".to_owned());
+    }
+    if w.timeout_ms == 0 {
+        problems.push("webhooks.timeout_ms: must be positive".to_owned());
     }
     if !(w.backoff.is_finite() && w.backoff >= 1.0) {
         problems.push("webhooks.backoff: must be a number of at least 1".to_owned());
@@ -130,7 +136,7 @@ pub(super) fn check(w: &WebhooksConfig, crm: &CrmConfig, problems: &mut Vec<Stri
         problems.push(format!("crm.webhook_url: `{url}` is not an http(s) URL"));
     }
     if let Some(secret) = &crm.webhook_secret
-        && let Err(e) = crate::core::webhooks::signing::Secret::parse(secret)
+        && let Err(e) = crate::outbound::signing::Secret::parse(secret)
     {
         problems.push(format!("crm.webhook_secret: {e}"));
     }

@@ -1,6 +1,7 @@
-//! The core: what customer and agent actions do to chats, messages and the
-//! outbox. Edges hand it validated input; every change it makes is an event
-//! that crosses the pipeline first and is logged in the same transaction.
+//! The conversation actions: what customer and agent actions do to chats,
+//! messages and the outbox, reached only through the door (`door.rs`); every
+//! change is an event that crossed the pipeline first and is logged in the
+//! same transaction. What delivery results mean is in `outcomes.rs`.
 
 use std::sync::Arc;
 
@@ -12,22 +13,21 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::core::door::Passage;
 use crate::core::live::{Live, LiveEvent};
 use crate::core::webhooks::{self, reply};
-use crate::delivery::{BoxFuture, Final, Finisher, Kick, POLICY_CHANNEL, POLICY_TYPING, Staged};
+use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
-use crate::pipeline::FORWARD_KIND;
-use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, enqueue_forwards};
+use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
 use crate::store::chats::{
-    ContactUpdate, NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message,
-    integration_of, live_chat_of_client, set_client_contact, set_integration,
+    NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message, live_chat_of_client,
+    set_chat_state, upsert_client,
 };
-use crate::store::chats::{set_chat_state, set_message_delivery, upsert_client};
 use crate::store::events::insert_event;
-use crate::store::outbox::{enqueue, finish, set_response, unstage};
+use crate::store::outbox::enqueue;
 use crate::store::{
-    Agent, Author, Channel, Chat, ChatState, Claimed, Client, DeliveryState, MessageRow,
-    NewDelivery, OutboxState, Store, StoreError,
+    Agent, Author, Channel, Chat, ChatState, Client, DeliveryState, MessageRow, NewDelivery, Store,
+    StoreError,
 };
 
 /// Why an action was refused; edges map each case to their status codes.
@@ -59,9 +59,9 @@ pub struct Conversations {
     pub(crate) pipeline: Arc<Pipeline>,
     pub(crate) kick: Kick,
     /// The Safe URL setting for custom data from webhook replies.
-    safe_url: bool,
+    pub(super) safe_url: bool,
     /// Malformed reply fields left out, for `/metrics`.
-    reply_skips: reply::SkippedCounts,
+    pub(super) reply_skips: reply::SkippedCounts,
 }
 
 impl Conversations {
@@ -87,7 +87,7 @@ impl Conversations {
     }
 
     /// A customer message or typing notification from the integrator.
-    pub async fn customer_message(
+    pub(super) async fn customer_message(
         &self,
         channel: &Channel,
         message: CustomerMessage,
@@ -109,7 +109,7 @@ impl Conversations {
                 .await?;
         }
         let span = event.span();
-        self.ingest_customer_event(channel, event)
+        self.ingest_customer_event(channel, message, event)
             .instrument(span)
             .await
     }
@@ -117,27 +117,26 @@ impl Conversations {
     async fn ingest_customer_event(
         &self,
         channel: &Channel,
+        message: CustomerMessage,
         event: Event,
     ) -> Result<Ingested, CoreError> {
-        let routed = self.pipeline.run(event).await;
-        let reply = match routed.verdict {
-            Verdict::Continue => None,
-            Verdict::Reply(ref reply) => Some(reply.clone()),
-            Verdict::Reject(reason) => {
-                tracing::warn!(%reason, "customer message refused");
-                return Err(CoreError::Unavailable(reason));
-            }
-            Verdict::Drop(ref reason) => {
-                tracing::info!(%reason, "customer message dropped");
-                let reason = reason.clone();
-                self.record_with_forwards(&routed).await?;
-                return Ok(Ingested::Dropped { reason });
-            }
+        let routed = match self.pass(event, "customer message").await? {
+            Passage::Through(routed) => *routed,
+            Passage::Dropped(reason) => return Ok(Ingested::Dropped { reason }),
+        };
+        let reply = match &routed.verdict {
+            Verdict::Reply(reply) => Some(reply.clone()),
+            _ => None,
+        };
+        // The pipeline checked a changed payload against the channel's
+        // rules; an unchanged one is the message we started from.
+        let message = if routed.changed {
+            customer_message_from_value(routed.event.payload.clone())
+                .map_err(|e| CoreError::Invalid(e.0))?
+        } else {
+            message
         };
         let mut event = routed.event;
-        // The pipeline checked any changed payload against the channel's rules.
-        let message = customer_message_from_value(event.payload.clone())
-            .map_err(|e| CoreError::Invalid(e.0))?;
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
         let before = client_by_key(&mut w.tx, channel.id, &message.sender).await?;
@@ -184,7 +183,7 @@ impl Conversations {
         };
         event.chat_id = chat.as_ref().map(|c| c.id);
         insert_event(&mut w.tx, &event).await?;
-        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
+        record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
         let updated = match &chat {
             Some(chat) if visitor_changed && !opened => {
                 webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
@@ -267,6 +266,7 @@ impl Conversations {
             channel,
             uid,
             typing: false,
+            wire,
             event,
         })
         .await
@@ -277,7 +277,14 @@ impl Conversations {
     pub(crate) async fn record_with_forwards(&self, routed: &Routed) -> Result<(), CoreError> {
         let mut w = self.store.begin_write().await?;
         insert_event(&mut w.tx, &routed.event).await?;
-        enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;
+        record_effects(
+            &mut w.tx,
+            &routed.event,
+            &routed.forwards,
+            &routed.kv_writes,
+            now_ms(),
+        )
+        .await?;
         w.commit().await?;
         if !routed.forwards.is_empty() {
             self.kick.kick();
@@ -308,8 +315,15 @@ impl Conversations {
         }
     }
 
-    pub async fn accept(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        self.visible_chat(agent, chat_id).await?;
+    /// Accepts a chat the agent may see; `routed` is the `agent.accept`
+    /// event, recorded with the change.
+    pub(super) async fn accept(
+        &self,
+        agent: &Agent,
+        chat: Chat,
+        routed: &Routed,
+    ) -> Result<Chat, CoreError> {
+        let chat_id = chat.id;
         // Decide on the state read under the write turn, so that two agents
         // accepting at once cannot both win.
         let mut w = self.store.begin_write().await?;
@@ -329,6 +343,7 @@ impl Conversations {
         let now = now_ms();
         set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
         webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
+        record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
         let chat = self
@@ -344,8 +359,14 @@ impl Conversations {
         Ok(chat)
     }
 
-    pub async fn close(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        self.visible_chat(agent, chat_id).await?;
+    /// Closes a chat the agent may see; `routed` is the `agent.close` event.
+    pub(super) async fn close(
+        &self,
+        agent: &Agent,
+        chat: Chat,
+        routed: &Routed,
+    ) -> Result<Chat, CoreError> {
+        let chat_id = chat.id;
         let mut w = self.store.begin_write().await?;
         let chat = chat_in_tx(&mut w.tx, chat_id)
             .await?
@@ -366,6 +387,7 @@ impl Conversations {
         {
             webhooks::queue_event(&mut w.tx, channel_id, Some(chat.id), event, now).await?;
         }
+        record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
         let chat = self
@@ -383,7 +405,7 @@ impl Conversations {
 
     /// An agent's reply or typing notification: stored and queued for the
     /// integrator in one transaction. Replying to a waiting chat accepts it.
-    pub async fn agent_message(
+    pub(super) async fn agent_message(
         &self,
         agent: &Agent,
         chat_id: i64,
@@ -432,6 +454,7 @@ impl Conversations {
             channel,
             uid,
             typing,
+            wire,
             event,
         })
         .instrument(span)
@@ -448,30 +471,27 @@ impl Conversations {
             channel,
             uid,
             typing,
+            wire,
             event,
         } = out;
-        let routed = self.pipeline.run(event).await;
-        // A plugin that answers an outbound message stands in for the integrator.
-        let answered = match routed.verdict {
-            Verdict::Continue => false,
-            Verdict::Reply(_) => true,
-            Verdict::Reject(reason) => {
-                tracing::warn!(%reason, "agent message refused");
-                return Err(CoreError::Unavailable(reason));
-            }
-            Verdict::Drop(ref reason) => {
-                tracing::info!(%reason, "agent message dropped");
-                let reason = reason.clone();
-                self.record_with_forwards(&routed).await?;
+        let routed = match self.pass(event, "agent message").await? {
+            Passage::Through(routed) => *routed,
+            Passage::Dropped(reason) => {
                 return Err(CoreError::Conflict(format!(
                     "dropped by a plugin: {reason}"
                 )));
             }
         };
-        let event = routed.event;
-        let wire: AgentMessage = serde_json::from_value(event.payload.clone()).map_err(|e| {
-            CoreError::Invalid(format!("a plugin produced an invalid message: {e}"))
-        })?;
+        // A plugin that answers an outbound message stands in for the integrator.
+        let answered = matches!(routed.verdict, Verdict::Reply(_));
+        let wire: AgentMessage = if routed.changed {
+            serde_json::from_value(routed.event.payload.clone()).map_err(|e| {
+                CoreError::Invalid(format!("a plugin produced an invalid message: {e}"))
+            })?
+        } else {
+            wire
+        };
+        let event = &routed.event;
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
         // Check again under the write turn: another agent may have accepted
@@ -527,31 +547,21 @@ impl Conversations {
                 .await?,
             )
         };
-        insert_event(&mut w.tx, &event).await?;
-        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
-        let delivery = NewDelivery {
-            id: Uuid::now_v7(),
-            event_id: event.id,
-            kind: event.kind.as_str().to_owned(),
-            policy: if typing {
-                POLICY_TYPING
-            } else {
-                POLICY_CHANNEL
-            }
-            .to_owned(),
-            target_url: format!(
+        record_in(&mut w.tx, &routed, now).await?;
+        // A typing notice has no message: it gets the one-try policy.
+        let delivery = NewDelivery::channel_message(
+            event.id,
+            event.kind.as_str(),
+            format!(
                 "{}/{}",
                 channel.customer_endpoint.trim_end_matches('/'),
                 channel.public_id
             ),
-            body: event.payload.to_string(),
-            chunked: channel.chunked,
-            order_key: Some(format!("chat:{}", chat.id)),
-            message_id: stored.as_ref().map(|m| m.id),
-            chat_id: Some(chat.id),
-            staged: false,
-            secret: None,
-        };
+            event.payload.to_string(),
+            channel.chunked,
+            chat.id,
+            stored.as_ref().map(|m| m.id),
+        );
         if !answered {
             enqueue(&mut w.tx, &delivery, now).await?;
         }
@@ -584,185 +594,6 @@ impl Conversations {
     }
 }
 
-impl Finisher for Conversations {
-    fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>> {
-        Box::pin(async move {
-            let Some(event) = self.store.event_by_id(&row.event_id).await? else {
-                return Ok(Staged::Done(Final::NotSent(
-                    "the event behind this delivery is gone".to_owned(),
-                )));
-            };
-            let original = event.payload.clone();
-            let mut routed = self.pipeline.run(event).await;
-            let mut w = self.store.begin_write().await?;
-            enqueue_forwards(&mut w.tx, &routed.event, &routed.forwards, now_ms()).await?;
-            let staged = match routed.verdict {
-                Verdict::Continue => {
-                    webhooks::keep_order_fields(&original, &mut routed.event.payload);
-                    let body = routed.event.payload.to_string();
-                    unstage(&mut w.tx, &row.id, &body).await?;
-                    Staged::Send { body }
-                }
-                Verdict::Drop(reason) => {
-                    Staged::Done(Final::NotSent(format!("dropped by {reason}")))
-                }
-                // A plugin answered in the receiver's place.
-                Verdict::Reply(answer) => Staged::Done(Final::Delivered {
-                    answer: Some(answer.to_string()),
-                }),
-                Verdict::Reject(reason) => Staged::Done(Final::Failed(reason)),
-            };
-            w.commit().await?;
-            if !routed.forwards.is_empty() {
-                self.kick.kick();
-            }
-            Ok(staged)
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        row: &'a Claimed,
-        result: &'a Final,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let (state, outbox_state, error, answer) = match result {
-                Final::Delivered { answer } => (
-                    DeliveryState::Delivered,
-                    OutboxState::Delivered,
-                    None,
-                    answer.as_deref(),
-                ),
-                Final::Failed(reason) => (
-                    DeliveryState::Failed,
-                    OutboxState::Failed,
-                    Some(reason.as_str()),
-                    None,
-                ),
-                Final::NotSent(reason) => (
-                    DeliveryState::Failed,
-                    OutboxState::Dropped,
-                    Some(reason.as_str()),
-                    None,
-                ),
-            };
-            let chat = match row.chat_id {
-                Some(id) => self.store.chat_by_id(id).await?,
-                None => None,
-            };
-            let webhook = row.kind.starts_with(webhooks::EVENT_PREFIX)
-                || row.kind.starts_with(webhooks::CRM_PREFIX);
-            let kind = if row.kind == FORWARD_KIND {
-                EventKind::FORWARD_RESULT
-            } else if webhook {
-                EventKind::WEBHOOK_RESULT
-            } else {
-                EventKind::DELIVERY_RESULT
-            };
-            let mut payload = json!({
-                "delivery_id": row.id,
-                "event_id": row.event_id,
-                "message_id": row.message_id,
-                "state": outbox_state.as_str(),
-                "error": error,
-            });
-            if webhook {
-                payload["kind"] = json!(row.kind);
-                payload["answer"] = json!(answer);
-            }
-            let mut event = Event::new(kind, Direction::In, payload.clone());
-            event.channel_id = chat.as_ref().map(|c| c.channel_id);
-            event.chat_id = row.chat_id;
-            // The result is a fact: plugins may watch and forward it, not change it.
-            let routed = self.pipeline.run(event.clone()).await;
-            let integration = match (answer, &chat) {
-                (Some(answer), Some(chat))
-                    if matches!(
-                        row.kind.as_str(),
-                        "webhook.chat_accepted" | "webhook.chat_updated"
-                    ) =>
-                {
-                    reply::read(answer, reply::host_of(&row.target_url), self.safe_url)
-                        .map(|r| (chat, r))
-                }
-                _ => None,
-            };
-            let now = now_ms();
-            let mut w = self.store.begin_write().await?;
-            finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
-            if let Some(answer) = answer {
-                set_response(&mut w.tx, &row.id, answer).await?;
-            }
-            if let Some(message_id) = row.message_id {
-                set_message_delivery(&mut w.tx, message_id, state, error).await?;
-            }
-            let shown = match &integration {
-                Some((chat, read)) => {
-                    // Operators find what was left out on the delivery itself.
-                    for skipped in &read.skipped {
-                        crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string())
-                            .await?;
-                    }
-                    Some(apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?)
-                }
-                None => None,
-            };
-            insert_event(&mut w.tx, &event).await?;
-            enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
-            w.commit().await?;
-            // Logged and counted once committed, so a retried finish counts once.
-            if let Some((_, read)) = &integration {
-                let event_name = row
-                    .kind
-                    .strip_prefix(webhooks::EVENT_PREFIX)
-                    .unwrap_or(&row.kind);
-                for skipped in &read.skipped {
-                    tracing::warn!(
-                        delivery = %row.id,
-                        event = event_name,
-                        field = %skipped.path,
-                        problem = %skipped.problem,
-                        "left out a malformed field of a webhook reply"
-                    );
-                    self.reply_skips.count(event_name, skipped.field);
-                }
-            }
-            if !routed.forwards.is_empty() {
-                self.kick.kick();
-            }
-            if let (Some(chat), Some(_)) = (&chat, row.message_id) {
-                self.publish(chat, "message.delivery", payload);
-            }
-            if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
-                self.publish(chat, "chat.integration", json!({ "integration": shown }));
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Merges what a reply showed into the chat's integration data, and applies
-/// its contact details to the client as if the visitor had given them.
-async fn apply_integration(
-    conn: &mut sqlx::AnyConnection,
-    chat: &Chat,
-    newer: reply::Integration,
-    now: i64,
-) -> Result<reply::Integration, StoreError> {
-    let mut shown: reply::Integration = integration_of(conn, chat.id).await?.unwrap_or_default();
-    if let Some(contact) = &newer.contact_info {
-        let update = ContactUpdate {
-            name: contact.name.as_deref(),
-            phone: contact.phone.as_deref(),
-            email: contact.email.as_deref(),
-        };
-        set_client_contact(conn, chat.client_id, update, now).await?;
-    }
-    shown.merge(newer);
-    set_integration(conn, chat.id, &shown).await?;
-    Ok(shown)
-}
-
 /// Refuses a message to a closed chat or to one another agent accepted.
 fn writable_by(chat: &Chat, agent: &Agent) -> Result<(), CoreError> {
     match (chat.state, chat.agent_id) {
@@ -789,7 +620,27 @@ struct OutgoingAgentEvent<'a> {
     channel: Channel,
     uid: String,
     typing: bool,
+    /// The typed message, used as is when no plugin changes the event.
+    wire: AgentMessage,
     event: Event,
+}
+
+/// Records a routed event that changed state and its plugins' effects, in
+/// the transaction of the change.
+pub(super) async fn record_in(
+    conn: &mut crate::store::Conn,
+    routed: &Routed,
+    now: i64,
+) -> Result<(), StoreError> {
+    insert_event(conn, &routed.event).await?;
+    record_effects(
+        conn,
+        &routed.event,
+        &routed.forwards,
+        &routed.kv_writes,
+        now,
+    )
+    .await
 }
 
 /// The client as agents see it.

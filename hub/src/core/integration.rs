@@ -3,13 +3,17 @@
 //! (`client_attribute_updated`) and calls (`call_event`).
 
 use plugin_api::webhook::{Call, CallStatus, CallType};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
+use crate::core::conversations::record_in;
 use crate::core::conversations::{Conversations, CoreError};
 use crate::core::webhooks::{self, payload, reply::Integration};
-use crate::store::Agent;
-use crate::store::chats::integration_of;
+use crate::pipeline::Routed;
+use crate::store::calls::{self, CallUpdate, NewCall, StoredCall};
+use crate::store::chats::{client_attributes, integration_of, set_client_attributes, set_crm_link};
+use crate::store::{Agent, Chat, Conn};
 
 /// Most attributes one client keeps.
 const MAX_ATTRIBUTES: usize = 100;
@@ -17,8 +21,7 @@ const MAX_ATTRIBUTES: usize = 100;
 impl Conversations {
     /// Links the chat's client to the CRM card a `chat_accepted` reply gave
     /// (`crm_link`), and tells the integrator with `chat_assigned`.
-    pub async fn link_crm(&self, agent: &Agent, chat_id: i64) -> Result<String, CoreError> {
-        let chat = self.visible_chat(agent, chat_id).await?;
+    pub(super) async fn link_crm(&self, chat: Chat, routed: &Routed) -> Result<String, CoreError> {
         let mut w = self.store.begin_write().await?;
         let shown: Option<Integration> = integration_of(&mut w.tx, chat.id).await?;
         let Some(link) = shown.and_then(|i| i.crm_link) else {
@@ -27,21 +30,13 @@ impl Conversations {
             ));
         };
         let now = now_ms();
-        sqlx::query("UPDATE clients SET crm_link = $1, updated_at = $2 WHERE id = $3")
-            .bind(link.as_str())
-            .bind(now)
-            .bind(chat.client_id)
-            .execute(&mut *w.tx)
-            .await
-            .map_err(|source| crate::store::StoreError::Db {
-                context: "linking a client to the CRM",
-                source,
-            })?;
+        set_crm_link(&mut w.tx, chat.client_id, link.as_str(), now).await?;
         if let Some((channel_id, event)) =
             payload::chat_assigned(&mut w.tx, chat.id, link.clone()).await?
         {
             webhooks::queue_event(&mut w.tx, channel_id, Some(chat.id), event, now).await?;
         }
+        record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
         self.publish(&chat, "chat.crm_linked", json!({ "crm_link": link }));
@@ -50,25 +45,15 @@ impl Conversations {
 
     /// Sets attributes of the chat's client (`null` removes one) and sends
     /// `client_attribute_updated` with all of them.
-    pub async fn set_attributes(
+    pub(super) async fn set_attributes(
         &self,
-        agent: &Agent,
-        chat_id: i64,
+        chat: Chat,
         changes: Map<String, Value>,
+        routed: &Routed,
     ) -> Result<Map<String, Value>, CoreError> {
-        let chat = self.visible_chat(agent, chat_id).await?;
         let mut w = self.store.begin_write().await?;
-        let stored: (Option<String>,) =
-            sqlx::query_as("SELECT attributes FROM clients WHERE id = $1")
-                .bind(chat.client_id)
-                .fetch_one(&mut *w.tx)
-                .await
-                .map_err(|source| crate::store::StoreError::Db {
-                    context: "reading client attributes",
-                    source,
-                })?;
+        let stored = client_attributes(&mut w.tx, chat.client_id).await?;
         let mut attributes: Map<String, Value> = stored
-            .0
             .and_then(|a| serde_json::from_str(&a).ok())
             .unwrap_or_default();
         for (k, v) in changes {
@@ -89,24 +74,22 @@ impl Conversations {
             )));
         }
         let now = now_ms();
-        sqlx::query("UPDATE clients SET attributes = $1, updated_at = $2 WHERE id = $3")
-            .bind(Value::Object(attributes.clone()).to_string())
-            .bind(now)
-            .bind(chat.client_id)
-            .execute(&mut *w.tx)
-            .await
-            .map_err(|source| crate::store::StoreError::Db {
-                context: "saving client attributes",
-                source,
-            })?;
+        let text = Value::Object(attributes.clone()).to_string();
+        set_client_attributes(&mut w.tx, chat.client_id, &text, now).await?;
         webhooks::queue_client_attribute_updated(&mut w.tx, chat.client_id, now).await?;
+        record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
         Ok(attributes)
     }
 
     /// Records a call in a chat (or a new status of one) and sends `call_event`.
-    pub async fn report_call(&self, agent: &Agent, report: CallReport) -> Result<Value, CoreError> {
+    pub(super) async fn report_call(
+        &self,
+        agent: &Agent,
+        report: CallReport,
+        routed: &Routed,
+    ) -> Result<Value, CoreError> {
         let now = now_ms();
         let (call_id, chat_id, call) = match report {
             CallReport::Start {
@@ -119,24 +102,16 @@ impl Conversations {
                     return Err(CoreError::Invalid("phone must not be empty".into()));
                 }
                 let mut w = self.store.begin_write().await?;
-                let (id,): (i64,) = sqlx::query_as(
-                    "INSERT INTO calls (chat_id, channel_id, client_id, agent_id, call_type, \
-                     phone, status, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'start', $7, $7) RETURNING id",
-                )
-                .bind(chat.id)
-                .bind(chat.channel_id)
-                .bind(chat.client_id)
-                .bind(agent.id)
-                .bind(call_type_str(kind))
-                .bind(phone.as_str())
-                .bind(now)
-                .fetch_one(&mut *w.tx)
-                .await
-                .map_err(|source| crate::store::StoreError::Db {
-                    context: "recording a call",
-                    source,
-                })?;
+                let new = NewCall {
+                    chat_id: chat.id,
+                    channel_id: chat.channel_id,
+                    client_id: chat.client_id,
+                    agent_id: agent.id,
+                    call_type: call_type_str(kind),
+                    phone: phone.as_str(),
+                    now,
+                };
+                let id = calls::insert(&mut w.tx, &new).await?;
                 let call = Call {
                     kind,
                     phone,
@@ -146,6 +121,7 @@ impl Conversations {
                 };
                 self.queue_call(&mut w.tx, chat.id, agent.id, call.clone(), now)
                     .await?;
+                record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
                 (id, chat.id, call)
             }
@@ -156,38 +132,25 @@ impl Conversations {
                 record_url,
             } => {
                 let mut w = self.store.begin_write().await?;
-                let row: Option<(Option<i64>, String, String)> = sqlx::query_as(
-                    "SELECT chat_id, call_type, phone FROM calls WHERE id = $1 AND agent_id = $2",
-                )
-                .bind(call_id)
-                .bind(agent.id)
-                .fetch_optional(&mut *w.tx)
-                .await
-                .map_err(|source| crate::store::StoreError::Db {
-                    context: "reading a call",
-                    source,
-                })?;
-                let Some((Some(chat_id), kind, phone)) = row else {
+                let row = calls::of_agent(&mut w.tx, call_id, agent.id).await?;
+                let Some(StoredCall {
+                    chat_id: Some(chat_id),
+                    call_type: kind,
+                    phone,
+                }) = row
+                else {
                     return Err(CoreError::NotFound);
                 };
                 if status == CallStatus::Error && reason.is_none() {
                     return Err(CoreError::Invalid("a call error needs a reason".into()));
                 }
-                sqlx::query(
-                    "UPDATE calls SET status = $1, reason = $2, record_url = $3, updated_at = $4 \
-                     WHERE id = $5",
-                )
-                .bind(call_status_str(status))
-                .bind(reason.as_deref())
-                .bind(record_url.as_deref())
-                .bind(now)
-                .bind(call_id)
-                .execute(&mut *w.tx)
-                .await
-                .map_err(|source| crate::store::StoreError::Db {
-                    context: "updating a call",
-                    source,
-                })?;
+                let update = CallUpdate {
+                    status: call_status_str(status),
+                    reason: reason.as_deref(),
+                    record_url: record_url.as_deref(),
+                    now,
+                };
+                calls::update(&mut w.tx, call_id, &update).await?;
                 let call = Call {
                     kind: parse_call_type(&kind).unwrap_or(CallType::Outgoing),
                     phone,
@@ -197,6 +160,7 @@ impl Conversations {
                 };
                 self.queue_call(&mut w.tx, chat_id, agent.id, call.clone(), now)
                     .await?;
+                record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
                 (call_id, chat_id, call)
             }
@@ -207,7 +171,7 @@ impl Conversations {
 
     async fn queue_call(
         &self,
-        conn: &mut sqlx::AnyConnection,
+        conn: &mut Conn,
         chat_id: i64,
         agent_id: i64,
         call: Call,
@@ -222,11 +186,14 @@ impl Conversations {
     }
 }
 
-/// A call the agent reports through `/agent/v1/calls`.
-#[derive(Debug)]
+/// A call the agent reports through `/agent/v1/calls`; plugins see it as
+/// the `call` of an `agent.call` event.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case", deny_unknown_fields)]
 pub enum CallReport {
     Start {
         chat_id: i64,
+        #[serde(rename = "type")]
         kind: CallType,
         phone: String,
     },
@@ -236,6 +203,24 @@ pub enum CallReport {
         reason: Option<String>,
         record_url: Option<String>,
     },
+}
+
+impl CallReport {
+    /// The chat of a new call (a status names its call, not the chat).
+    pub fn chat_id(&self) -> Option<i64> {
+        match self {
+            CallReport::Start { chat_id, .. } => Some(*chat_id),
+            CallReport::Status { .. } => None,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    pub fn from_json(value: &Value) -> Result<CallReport, String> {
+        CallReport::deserialize(value).map_err(|e| e.to_string())
+    }
 }
 
 fn call_type_str(t: CallType) -> &'static str {

@@ -5,9 +5,13 @@
 //! before it touches state.
 
 pub mod conversations;
+pub mod door;
 pub mod integration;
 pub mod live;
 pub mod offline;
+pub mod outcomes;
 pub mod provisioning;
 pub mod reminders;
 pub mod webhooks;
+
+pub use door::{Handled, Inbound};

@@ -9,11 +9,15 @@ use tracing::Instrument;
 
 use crate::clock::now_ms;
 use crate::core::conversations::{Conversations, CoreError};
+use crate::core::door::Passage;
 use crate::core::webhooks::{self, payload};
 use crate::event::{Direction, Event, EventKind};
-use crate::pipeline::{Routed, Verdict, enqueue_forwards};
-use crate::store::chats::{NewMessage, insert_chat, insert_message, set_chat_state, upsert_client};
+use crate::pipeline::{Routed, record_effects};
+use crate::store::chats::{
+    NewMessage, insert_chat, insert_message, set_chat_state, set_client_description, upsert_client,
+};
 use crate::store::events::insert_event;
+use crate::store::offline::{self as offline_messages, NewOfflineMessage};
 use crate::store::{Author, Channel, ChatState};
 
 /// The offline form, as `sendOfflineMessage` takes it; unknown fields are refused.
@@ -56,43 +60,40 @@ pub enum OfflineOutcome {
 impl Conversations {
     /// Records an offline message and queues `offline_message`. The form
     /// crosses the plugins first as `widget.offline_message`, like every event.
-    pub async fn offline_message(
+    pub(super) async fn offline_message(
         &self,
         channel: &Channel,
-        form: OfflineForm,
+        form: OfflineMessageInput,
     ) -> Result<OfflineOutcome, CoreError> {
-        let form = OfflineMessageInput::from(form);
         form.validate().map_err(CoreError::Invalid)?;
         let payload = serde_json::to_value(OfflineMessageEvent::from(&form))
             .map_err(|e| CoreError::Invalid(format!("cannot encode the form: {e}")))?;
         let event =
             Event::new(EventKind::OFFLINE_MESSAGE, Direction::In, payload).on_channel(channel.id);
         let span = event.span();
-        self.route_offline(channel, event).instrument(span).await
+        self.route_offline(channel, form, event)
+            .instrument(span)
+            .await
     }
 
     async fn route_offline(
         &self,
         channel: &Channel,
+        form: OfflineMessageInput,
         event: Event,
     ) -> Result<OfflineOutcome, CoreError> {
-        let routed = self.pipeline.run(event).await;
-        match routed.verdict {
-            Verdict::Reject(reason) => {
-                tracing::warn!(%reason, "offline message refused");
-                return Err(CoreError::Unavailable(reason));
-            }
-            Verdict::Drop(ref reason) => {
-                tracing::info!(%reason, "offline message dropped");
-                self.record_with_forwards(&routed).await?;
-                return Ok(OfflineOutcome::Dropped);
-            }
-            // Nobody could read an answer: the visitor has left the form.
-            Verdict::Continue | Verdict::Reply(_) => {}
-        }
+        // A plugin's reply is ignored: nobody is there to read it.
+        let routed = match self.pass(event, "offline message").await? {
+            Passage::Through(routed) => *routed,
+            Passage::Dropped(_) => return Ok(OfflineOutcome::Dropped),
+        };
         // The pipeline checked a changed payload against the form's rules.
-        let form = OfflineMessageEvent::from_value(routed.event.payload.clone())
-            .map_err(CoreError::Invalid)?;
+        let form = if routed.changed {
+            OfflineMessageEvent::from_value(routed.event.payload.clone())
+                .map_err(CoreError::Invalid)?
+        } else {
+            form
+        };
         self.store_offline(channel, form, &routed)
             .await
             .map(|id| OfflineOutcome::Stored { id })
@@ -125,15 +126,7 @@ impl Conversations {
         let mut w = self.store.begin_write().await?;
         let client = upsert_client(&mut w.tx, channel.id, &sender, now).await?;
         if let Some(description) = form.description.as_deref().filter(|d| !d.trim().is_empty()) {
-            sqlx::query("UPDATE clients SET description = $1 WHERE id = $2")
-                .bind(description)
-                .bind(client.id)
-                .execute(&mut *w.tx)
-                .await
-                .map_err(|source| crate::store::StoreError::Db {
-                    context: "saving a client description",
-                    source,
-                })?;
+            set_client_description(&mut w.tx, client.id, description).await?;
         }
         let chat = insert_chat(&mut w.tx, channel.id, client.id, now).await?;
         let body = serde_json::to_value(Message::Text(Text {
@@ -156,29 +149,21 @@ impl Conversations {
         .await?;
         // Nobody can answer in the chat itself: the visitor is not connected.
         set_chat_state(&mut w.tx, chat.id, ChatState::Closed, None, now).await?;
-        let (id,): (i64,) = sqlx::query_as(
-            "INSERT INTO offline_messages (channel_id, client_id, name, email, phone, \
-             description, message, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             RETURNING id",
-        )
-        .bind(channel.id)
-        .bind(client.id)
-        .bind(form.name.as_deref())
-        .bind(form.email.as_deref())
-        .bind(form.phone.as_deref())
-        .bind(form.description.as_deref())
-        .bind(form.message.as_str())
-        .bind(now)
-        .fetch_one(&mut *w.tx)
-        .await
-        .map_err(|source| crate::store::StoreError::Db {
-            context: "recording an offline message",
-            source,
-        })?;
+        let kept = NewOfflineMessage {
+            channel_id: channel.id,
+            client_id: client.id,
+            name: form.name.as_deref(),
+            email: form.email.as_deref(),
+            phone: form.phone.as_deref(),
+            description: form.description.as_deref(),
+            message: form.message.as_str(),
+            now,
+        };
+        let id = offline_messages::insert(&mut w.tx, &kept).await?;
         let mut event = routed.event.clone();
         event.chat_id = Some(chat.id);
         insert_event(&mut w.tx, &event).await?;
-        enqueue_forwards(&mut w.tx, &event, &routed.forwards, now).await?;
+        record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
         if let Some((channel_id, event)) =
             payload::offline_message(&mut w.tx, client.id, chat.id, id, form.message).await?
         {

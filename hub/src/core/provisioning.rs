@@ -75,7 +75,7 @@ pub fn validate_webhook(url: Option<&str>, secret: Option<&str>) -> Result<(), P
         )));
     }
     if let Some(secret) = secret {
-        crate::core::webhooks::signing::Secret::parse(secret)
+        crate::outbound::signing::Secret::parse(secret)
             .map_err(|e| ProvisionError::Invalid(format!("webhook_secret: {e}")))?;
     }
     Ok(())

@@ -2,7 +2,6 @@
 //! the row's retry policy. What a final result means to the rest of the hub is
 //! the [`Finisher`]'s business.
 
-mod http;
 mod policy;
 
 use std::collections::HashMap;
@@ -15,14 +14,13 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-pub use http::{Attempt, HttpSender, TlsSetupError};
 pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
 
 use crate::clock::now_ms;
-use crate::core::webhooks::signing;
-use crate::pipeline::destinations::POLICY_PREFIX;
+use crate::outbound::signing::{self, Secret};
+use crate::outbound::{AnswerRule, Attempt, DeliveryId, HttpSender, Request};
 use crate::pipeline::wiring::WiringHandle;
-use crate::store::{Claimed, Retry, Store, StoreError};
+use crate::store::{Claimed, Retry, RowKind, Store, StoreError};
 
 /// How a delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,14 +217,11 @@ impl Deliverer {
             return self.finisher.finish(row, &result).await;
         }
         let wiring = self.wiring.current();
-        let (policy, headers) = if row.policy.starts_with(POLICY_PREFIX) {
-            match wiring.destinations.of_policy(&row.policy) {
+        let (policy, headers) = if let Some(name) = row.destination() {
+            match wiring.destinations.get(name) {
                 Some(d) => (d.policy, d.headers.as_slice()),
                 None => {
-                    let reason = format!(
-                        "`{}` is no longer a configured destination",
-                        &row.policy[POLICY_PREFIX.len()..]
-                    );
+                    let reason = format!("`{name}` is no longer a configured destination");
                     tracing::warn!(%reason, "delivery failed for good");
                     return self.finisher.finish(row, &Final::Failed(reason)).await;
                 }
@@ -250,10 +245,18 @@ impl Deliverer {
         if let Some(secret) = &row.secret {
             headers.extend(signature_headers(secret, row, started / 1000));
         }
-        let outcome = self
-            .sender
-            .send(row, attempt_no, policy.timeout, &headers)
-            .await;
+        let request = Request {
+            url: &row.target_url,
+            body: row.body.clone().into(),
+            chunked: row.chunked,
+            headers: &headers,
+            delivery: Some(DeliveryId {
+                id: &row.id,
+                attempt: attempt_no,
+            }),
+            timeout: policy.timeout,
+        };
+        let outcome = self.sender.send(request, answer_rule(row)).await;
         // A final result counts the attempt that ended it.
         let tried = Claimed {
             attempts: attempt_no,
@@ -303,6 +306,16 @@ impl Deliverer {
     }
 }
 
+/// How the receiver's answer to `row` is read: event and CRM webhooks take
+/// any 2xx; everything else (channel messages, forwards) the channel spec's rule.
+fn answer_rule(row: &Claimed) -> AnswerRule {
+    match row.row_kind() {
+        RowKind::EventWebhook | RowKind::CrmWebhook => AnswerRule::Webhook,
+        // A destination is an integrator-like receiver: an error body refuses.
+        RowKind::ChannelMessage | RowKind::Forward => AnswerRule::Channel,
+    }
+}
+
 /// Standard Webhooks headers for one attempt; the id is the delivery id, so
 /// receivers can recognise retries.
 fn signature_headers(
@@ -310,7 +323,7 @@ fn signature_headers(
     row: &Claimed,
     timestamp: i64,
 ) -> Vec<(::http::HeaderName, ::http::HeaderValue)> {
-    let Ok(secret) = crate::core::webhooks::signing::Secret::parse(secret) else {
+    let Ok(secret) = Secret::parse(secret) else {
         tracing::warn!("the receiver's signing secret is malformed; sending unsigned");
         return Vec::new();
     };

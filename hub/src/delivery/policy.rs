@@ -4,12 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::{DeliveryConfig, WebhooksConfig};
-use crate::core::webhooks::{POLICY_ASYNC, POLICY_SYNC};
-
-/// Agent messages to the integrator: the spec's 3 tries, 3 s apart.
-pub const POLICY_CHANNEL: &str = "channel";
-/// Typing indicators: worth one try only; a late one is wrong.
-pub const POLICY_TYPING: &str = "typing";
+pub use crate::store::outbox::{POLICY_CHANNEL, POLICY_TYPING};
+use crate::store::outbox::{POLICY_WEBHOOK as POLICY_ASYNC, POLICY_WEBHOOK_SYNC as POLICY_SYNC};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {

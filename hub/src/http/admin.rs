@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::core::provisioning::{self, ChannelSpec, ProvisionError};
 use crate::http::App;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
 use crate::ids::constant_time_eq;
 use crate::store::OutboxState;
@@ -62,17 +63,13 @@ fn provision_error(e: ProvisionError) -> Resp {
 
 fn store_failure(e: ProvisionError) -> Resp {
     tracing::error!(error = %e, "admin action failed");
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        "temporarily unavailable, retry",
-    )
+    Problem::unavailable().answer(Dialect::Api)
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
     let bytes = read_body(req, &app.config.server)
         .await
-        .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
+        .map_err(|e| Problem::body(&e).answer(Dialect::Api))?;
     crate::http::respond::parse_json(&bytes).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
@@ -227,7 +224,7 @@ async fn set_webhook(app: &App, req: Request<Incoming>, id: &str) -> Resp {
         Err(e) => return store_failure(e.into()),
     };
     let secret = if b.generate_secret {
-        Some(crate::core::webhooks::signing::Secret::generate())
+        Some(crate::outbound::signing::Secret::generate())
     } else {
         b.secret
     };

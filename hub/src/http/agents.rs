@@ -18,7 +18,9 @@ use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::core::conversations::{CoreError, client_view};
+use crate::core::{Handled, Inbound};
 use crate::http::App;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
 use crate::ids::token_hash;
 use crate::store::Agent;
@@ -37,13 +39,27 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         (Method::GET, ["chats", id]) => with_chat_id(id, |id| chat_view(app, &agent, id)).await,
         (Method::POST, ["chats", id, "accept"]) => {
             with_chat_id(id, |id| async move {
-                core_answer(app.conversations.accept(&agent, id).await.map(|c| json!(c)))
+                let done = app
+                    .conversations
+                    .handle(Inbound::Accept {
+                        agent: &agent,
+                        chat_id: id,
+                    })
+                    .await;
+                core_answer(done.map(handled_json))
             })
             .await
         }
         (Method::POST, ["chats", id, "close"]) => {
             with_chat_id(id, |id| async move {
-                core_answer(app.conversations.close(&agent, id).await.map(|c| json!(c)))
+                let done = app
+                    .conversations
+                    .handle(Inbound::Close {
+                        agent: &agent,
+                        chat_id: id,
+                    })
+                    .await;
+                core_answer(done.map(handled_json))
             })
             .await
         }
@@ -55,12 +71,14 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         }
         (Method::POST, ["chats", id, "crm-link"]) => {
             with_chat_id(id, |id| async move {
-                core_answer(
-                    app.conversations
-                        .link_crm(&agent, id)
-                        .await
-                        .map(|link| json!({ "crm_link": link })),
-                )
+                let done = app
+                    .conversations
+                    .handle(Inbound::LinkCrm {
+                        agent: &agent,
+                        chat_id: id,
+                    })
+                    .await;
+                core_answer(done.map(handled_json))
             })
             .await
         }
@@ -110,11 +128,7 @@ async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp>
 }
 
 fn unavailable() -> Resp {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        "temporarily unavailable, retry",
-    )
+    Problem::unavailable().answer(Dialect::Api)
 }
 
 async fn with_chat_id<F, Fut>(id: &str, f: F) -> Resp
@@ -136,16 +150,7 @@ fn core_answer(result: Result<serde_json::Value, CoreError>) -> Resp {
 }
 
 fn core_error(e: CoreError) -> Resp {
-    match e {
-        CoreError::NotFound => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
-        CoreError::Conflict(m) => error(StatusCode::CONFLICT, "conflict", m),
-        CoreError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_request", m),
-        CoreError::Unavailable(m) => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
-        CoreError::Store(e) => {
-            tracing::error!(error = %e, "agent action failed");
-            unavailable()
-        }
-    }
+    Problem::core(e, "no such chat", "agent action").answer(Dialect::Api)
 }
 
 /// Parses a JSON body into `T`, answering 400/413 with the reason.
@@ -155,7 +160,7 @@ async fn json_body<T: for<'de> Deserialize<'de>>(
 ) -> Result<T, Resp> {
     let body = read_body(req, &app.config.server)
         .await
-        .map_err(|e| error(e.status(), "invalid_request", e.reason()))?;
+        .map_err(|e| Problem::body(&e).answer(Dialect::Api))?;
     parse_json(&body).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
@@ -234,13 +239,19 @@ async fn send_message(app: &App, req: Request<Incoming>, agent: &Agent, chat_id:
         Ok(m) => m,
         Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request", e.0),
     };
-    match app
+    let done = app
         .conversations
-        .agent_message(agent, chat_id, message)
-        .await
-    {
-        Ok(Some(stored)) => json(StatusCode::CREATED, &json!({ "message": stored })),
-        Ok(None) => json(StatusCode::ACCEPTED, &json!({ "result": "ok" })),
+        .handle(Inbound::AgentMessage {
+            agent,
+            chat_id,
+            message,
+        })
+        .await;
+    match done {
+        Ok(Handled::AgentMessage(Some(stored))) => {
+            json(StatusCode::CREATED, &json!({ "message": stored }))
+        }
+        Ok(_) => json(StatusCode::ACCEPTED, &json!({ "result": "ok" })),
         Err(e) => core_error(e),
     }
 }
@@ -322,12 +333,15 @@ async fn set_attributes(app: &App, req: Request<Incoming>, agent: &Agent, chat_i
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    core_answer(
-        app.conversations
-            .set_attributes(agent, chat_id, body.attributes)
-            .await
-            .map(|a| json!({ "attributes": a })),
-    )
+    let done = app
+        .conversations
+        .handle(Inbound::SetAttributes {
+            agent,
+            chat_id,
+            changes: body.attributes,
+        })
+        .await;
+    core_answer(done.map(handled_json))
 }
 
 #[derive(serde::Deserialize)]
@@ -349,8 +363,12 @@ async fn start_call(app: &App, req: Request<Incoming>, agent: &Agent) -> Resp {
         kind: b.kind,
         phone: b.phone,
     };
-    match app.conversations.report_call(agent, report).await {
-        Ok(v) => json(StatusCode::CREATED, &v),
+    match app
+        .conversations
+        .handle(Inbound::Call { agent, report })
+        .await
+    {
+        Ok(done) => json(StatusCode::CREATED, &handled_json(done)),
         Err(e) => core_error(e),
     }
 }
@@ -376,5 +394,21 @@ async fn update_call(app: &App, req: Request<Incoming>, agent: &Agent, call_id: 
         reason: b.reason,
         record_url: b.record_url,
     };
-    core_answer(app.conversations.report_call(agent, report).await)
+    let done = app
+        .conversations
+        .handle(Inbound::Call { agent, report })
+        .await;
+    core_answer(done.map(handled_json))
+}
+
+/// The JSON answer of an agent action.
+fn handled_json(done: Handled) -> serde_json::Value {
+    match done {
+        Handled::Chat(chat) => json!(chat),
+        Handled::CrmLink(link) => json!({ "crm_link": link }),
+        Handled::Attributes(attributes) => json!({ "attributes": attributes }),
+        Handled::Call(call) => call,
+        Handled::AgentMessage(stored) => json!({ "message": stored }),
+        Handled::Customer(_) | Handled::Offline(_) => json!({ "result": "ok" }),
+    }
 }

@@ -5,8 +5,9 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::channel::parse_customer_message;
 
-use crate::core::conversations::{CoreError, Ingested};
+use crate::core::Inbound;
 use crate::http::App;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, json, method_not_allowed, read_body, text};
 use crate::ids::constant_time_eq;
 use crate::store::Channel;
@@ -40,10 +41,7 @@ async fn find(app: &App, secret: &str, public_id: &str) -> Result<Option<Channel
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "channel lookup failed");
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily unavailable, retry",
-            )
+            Problem::unavailable().answer(Dialect::Channel)
         })
 }
 
@@ -52,10 +50,7 @@ async fn availability(app: &App, channel: &Channel) -> Resp {
         Ok(online) => text(StatusCode::OK, if online { "1" } else { "0" }),
         Err(e) => {
             tracing::error!(error = %e, channel = channel.id, "status lookup failed");
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily unavailable, retry",
-            )
+            Problem::unavailable().answer(Dialect::Channel)
         }
     }
 }
@@ -63,24 +58,20 @@ async fn availability(app: &App, channel: &Channel) -> Resp {
 async fn customer_message(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
     let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
-        Err(e) => return text(e.status(), e.reason()),
+        Err(e) => return Problem::body(&e).answer(Dialect::Channel),
     };
     let message = match parse_customer_message(&body) {
         Ok(m) => m,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.0),
     };
-    match app.conversations.customer_message(channel, message).await {
-        Ok(Ingested::Stored { .. }) | Ok(Ingested::Dropped { .. }) => {
-            json(StatusCode::OK, &serde_json::json!({ "result": "ok" }))
-        }
-        Err(CoreError::Invalid(reason)) => text(StatusCode::BAD_REQUEST, reason),
-        Err(CoreError::NotFound) => text(StatusCode::NOT_FOUND, "no channel at this address"),
-        Err(e) => {
-            tracing::error!(error = %e, channel = channel.id, "customer message not stored");
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily unavailable, retry",
-            )
-        }
+    match app
+        .conversations
+        .handle(Inbound::CustomerMessage { channel, message })
+        .await
+    {
+        // Stored, or dropped by a plugin: the integrator's part is done.
+        Ok(_) => json(StatusCode::OK, &serde_json::json!({ "result": "ok" })),
+        Err(e) => Problem::core(e, "no channel at this address", "customer message")
+            .answer(Dialect::Channel),
     }
 }

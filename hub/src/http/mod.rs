@@ -6,6 +6,7 @@ pub mod admin;
 pub mod agents;
 pub mod channel;
 pub mod metrics;
+pub mod problem;
 pub mod respond;
 mod state;
 pub mod widget;

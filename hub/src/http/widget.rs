@@ -5,9 +5,10 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::core::conversations::CoreError;
 use crate::core::offline::{OfflineForm, OfflineOutcome};
+use crate::core::{Handled, Inbound};
 use crate::http::App;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, json, method_not_allowed, parse_json, read_body};
 
 /// Routes `/widget/v1/<public_id>/...`.
@@ -22,7 +23,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
 }
 
 fn fail(status: StatusCode, error: impl Into<String>) -> Resp {
-    json(status, &json!({ "result": "fail", "error": error.into() }))
+    Problem::new(status, "fail", error).answer(Dialect::Widget)
 }
 
 async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> Resp {
@@ -31,34 +32,31 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
         Ok(None) => return fail(StatusCode::NOT_FOUND, "no such widget"),
         Err(e) => {
             tracing::error!(error = %e, "channel lookup failed");
-            return fail(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily unavailable, retry",
-            );
+            return Problem::unavailable().answer(Dialect::Widget);
         }
     };
     let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
-        Err(e) => return fail(e.status(), e.reason()),
+        Err(e) => return Problem::body(&e).answer(Dialect::Widget),
     };
     let form: OfflineForm = match parse_json(&body) {
         Ok(f) => f,
         Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
     };
-    match app.conversations.offline_message(&channel, form).await {
-        Ok(OfflineOutcome::Stored { id }) => json(
+    let done = app
+        .conversations
+        .handle(Inbound::OfflineMessage {
+            channel: &channel,
+            form: form.into(),
+        })
+        .await;
+    match done {
+        Ok(Handled::Offline(OfflineOutcome::Stored { id })) => json(
             StatusCode::OK,
             &json!({ "result": "ok", "offline_message_id": id }),
         ),
         // A spam filter's drop is not told to the sender.
-        Ok(OfflineOutcome::Dropped) => json(StatusCode::OK, &json!({ "result": "ok" })),
-        Err(CoreError::Invalid(reason)) => fail(StatusCode::BAD_REQUEST, reason),
-        Err(e) => {
-            tracing::error!(error = %e, "offline message not stored");
-            fail(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily unavailable, retry",
-            )
-        }
+        Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
+        Err(e) => Problem::core(e, "no such widget", "offline message").answer(Dialect::Widget),
     }
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::config::OnError;
 use crate::event::Event;
 use crate::pipeline::wiring::{Route, WiringHandle};
-use crate::runtime::{Action, Forward, Plugin, PluginEvent};
+use crate::runtime::{Action, Forward, KvWrites, Plugin, PluginEvent};
 use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
 
@@ -25,8 +25,6 @@ pub use validate::{AutoReply, action as check_action, auto_reply};
 /// Kinds of the hub's own reports on forwards; what plugins do with them may
 /// not forward again, or a forward could feed itself.
 const FORWARD_PREFIX: &str = "forward.";
-/// The outbox `kind` of a forward's delivery.
-pub const FORWARD_KIND: &str = "forward";
 
 /// What the chain decided for an event.
 #[derive(Debug)]
@@ -47,6 +45,12 @@ pub struct Routed {
     pub event: Event,
     pub verdict: Verdict,
     pub forwards: Vec<Forward>,
+    /// Each plugin's key-value writes, applied with the event's change
+    /// ([`record_effects`]); none when the event was refused.
+    pub kv_writes: Vec<(Arc<str>, KvWrites)>,
+    /// Whether a plugin replaced the payload: when not, the caller keeps the
+    /// typed value it started from instead of parsing the JSON back.
+    pub changed: bool,
 }
 
 pub struct Pipeline {
@@ -63,31 +67,28 @@ pub struct Pipeline {
 /// hub on the same database) changed it.
 const CONTEXT_TTL: Duration = Duration::from_secs(1);
 
-/// Queues the forwards of an event in the caller's transaction: they are
-/// sent if and only if the event's own change is committed.
-pub async fn enqueue_forwards(
-    conn: &mut sqlx::AnyConnection,
+/// Records what the plugins did besides deciding, in the caller's
+/// transaction: the event's forwards are queued and their key-value writes
+/// applied if and only if the event's own change is committed. `event` is the
+/// routed event as the caller stores it (it may have learnt its chat since).
+pub async fn record_effects(
+    conn: &mut crate::store::Conn,
     event: &Event,
     forwards: &[Forward],
+    kv_writes: &[(Arc<str>, KvWrites)],
     now: i64,
 ) -> Result<(), StoreError> {
+    for (plugin, writes) in kv_writes {
+        crate::store::kv::apply(conn, plugin, writes, now).await?;
+    }
     for f in forwards {
-        let policy = f.destination.policy_name();
-        let delivery = NewDelivery {
-            id: uuid::Uuid::now_v7(),
-            event_id: event.id,
-            kind: FORWARD_KIND.to_owned(),
-            // Per destination and chat, forwards go out in the order they were made.
-            order_key: event.chat_id.map(|chat| format!("{policy}:chat:{chat}")),
-            policy,
-            target_url: f.destination.url.clone(),
-            body: f.payload.to_string(),
-            chunked: false,
-            message_id: None,
-            chat_id: event.chat_id,
-            staged: false,
-            secret: None,
-        };
+        let delivery = NewDelivery::forward(
+            event.id,
+            &f.destination.name,
+            f.destination.url.clone(),
+            f.payload.to_string(),
+            event.chat_id,
+        );
         enqueue(conn, &delivery, now).await?;
     }
     Ok(())
@@ -126,6 +127,8 @@ impl Pipeline {
             event,
             verdict: Verdict::Continue,
             forwards: Vec::new(),
+            kv_writes: Vec::new(),
+            changed: false,
         };
         if wiring.routes.is_empty() {
             return routed;
@@ -160,10 +163,16 @@ impl Pipeline {
                     OnError::Reject => {
                         routed.verdict = Verdict::Reject(e.to_string());
                         routed.forwards.clear();
+                        routed.kv_writes.clear();
                         return routed;
                     }
                 },
             };
+            if !outcome.kv_writes.is_empty() {
+                routed
+                    .kv_writes
+                    .push((plugin.name().into(), outcome.kv_writes));
+            }
             if may_forward {
                 routed.forwards.extend(outcome.forwards);
             } else if !outcome.forwards.is_empty() {
@@ -174,7 +183,10 @@ impl Pipeline {
             }
             match outcome.action {
                 Action::Continue(None) => {}
-                Action::Continue(Some(payload)) => routed.event.payload = payload,
+                Action::Continue(Some(payload)) => {
+                    routed.event.payload = payload;
+                    routed.changed = true;
+                }
                 Action::Drop(reason) => {
                     routed.verdict = Verdict::Drop(format!("{}: {reason}", plugin.name()));
                     return routed;

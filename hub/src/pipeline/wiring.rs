@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, OnError};
-use crate::delivery::HttpSender;
+use crate::outbound::HttpSender;
 use crate::pipeline::destinations::Destinations;
 use crate::runtime::{Origin, Plugin, Runtime, Services};
 use crate::store::Store;
@@ -43,14 +43,7 @@ impl Wiring {
         sender: &HttpSender,
     ) -> Result<(Wiring, Loaded), Vec<String>> {
         let mut problems = Vec::new();
-        let destinations =
-            match Destinations::from_config(&config.destinations, |k| std::env::var(k).ok()) {
-                Ok(d) => Arc::new(d),
-                Err(e) => {
-                    problems.push(e);
-                    Arc::new(Destinations::default())
-                }
-            };
+        let destinations = Arc::new(Destinations::from_config(&config.destinations));
         let services = Services {
             store: store.clone(),
             destinations: destinations.clone(),

@@ -30,6 +30,12 @@ impl ComponentCache {
     /// The compiled form of `wasm`, from the cache when it holds one for this
     /// engine, else compiled now and stored. A cache that cannot be written
     /// only costs a compile at the next start.
+    // SAFETY: the one unsafe call, `Component::deserialize_file`, is explained
+    // where it is made.
+    #[allow(
+        unsafe_code,
+        reason = "deserializing a component we compiled and cached ourselves"
+    )]
     pub fn load(&self, engine: &Engine, wasm: &[u8]) -> wasmtime::Result<(Component, Origin)> {
         let file = self.dir.join(format!(
             "{}-{:016x}.cwasm",

@@ -14,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::ErrorKind;
 use super::bindings::{self, Level, Response};
 use super::plugin::Plugin;
+use crate::outbound::Request;
 
 /// Longest key and value a plugin may store.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -199,7 +200,10 @@ impl bindings::hub::plugin::host::Host for HostState {
             .plugin
             .services()
             .sender
-            .exchange(&target.url, payload, &target.headers, timeout)
+            .exchange(Request {
+                headers: &target.headers,
+                ..Request::post(&target.url, payload, timeout)
+            })
             .await;
         Ok(answer.map(|(status, body)| Response {
             status: status.as_u16(),

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 
 pub use cache::Origin;
 pub use counters::{Counters, PluginCounters, Snapshot};
-pub use plugin::{Action, Forward, Outcome, Plugin, PluginEvent, Services};
+pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};
 
 /// Why a plugin call failed; each kind is counted per plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

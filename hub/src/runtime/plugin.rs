@@ -13,8 +13,8 @@ use super::bindings::{self, PluginPre};
 use super::host::HostState;
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
-use crate::delivery::HttpSender;
 use crate::event::{Direction, Event};
+use crate::outbound::HttpSender;
 use crate::pipeline::destinations::{Destination, Destinations};
 use crate::store::Store;
 
@@ -61,7 +61,13 @@ pub struct PluginEvent<'a> {
 pub struct Outcome {
     pub action: Action,
     pub forwards: Vec<Forward>,
+    /// The call's key-value writes (`None` deletes), for the caller to apply
+    /// in the transaction of the event they belong to.
+    pub kv_writes: KvWrites,
 }
+
+/// Key-value writes of one call: key → new value, or `None` to delete.
+pub type KvWrites = std::collections::BTreeMap<String, Option<String>>;
 
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -247,10 +253,7 @@ impl Plugin {
             Err(message) => return Err(self.error(ErrorKind::Failed, message)),
         };
         check(&mut outcome.action).map_err(|e| self.error(ErrorKind::InvalidOutput, e))?;
-        let writes = std::mem::take(&mut state.kv_writes);
-        if let Err(e) = self.services.store.kv_apply(&self.name, &writes).await {
-            tracing::error!(plugin = %self.name, error = %e, "key-value writes lost");
-        }
+        outcome.kv_writes = std::mem::take(&mut state.kv_writes);
         Ok(outcome)
     }
 
@@ -326,7 +329,11 @@ impl Plugin {
                 payload: json("a forward's payload", &f.payload)?,
             });
         }
-        Ok(Outcome { action, forwards })
+        Ok(Outcome {
+            action,
+            forwards,
+            kv_writes: KvWrites::new(),
+        })
     }
 
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {

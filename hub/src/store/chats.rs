@@ -338,6 +338,70 @@ pub struct ContactUpdate<'a> {
     pub email: Option<&'a str>,
 }
 
+/// Sets the client's description (the offline form's).
+pub async fn set_client_description(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    description: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET description = $1 WHERE id = $2")
+        .bind(description)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("saving a client description")?;
+    Ok(())
+}
+
+/// Links the client to a CRM card (`crm_link`).
+pub async fn set_crm_link(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    link: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET crm_link = $1, updated_at = $2 WHERE id = $3")
+        .bind(link)
+        .bind(now)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("linking a client to the CRM")?;
+    Ok(())
+}
+
+/// The client's `attributes` as stored (a JSON object as text, if any); an
+/// error if there is no such client.
+pub async fn client_attributes(
+    conn: &mut AnyConnection,
+    client_id: i64,
+) -> Result<Option<String>, StoreError> {
+    let (stored,): (Option<String>,) =
+        sqlx::query_as("SELECT attributes FROM clients WHERE id = $1")
+            .bind(client_id)
+            .fetch_one(conn)
+            .await
+            .ctx("reading client attributes")?;
+    Ok(stored)
+}
+
+/// Replaces the client's `attributes` (a JSON object as text).
+pub async fn set_client_attributes(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    attributes: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET attributes = $1, updated_at = $2 WHERE id = $3")
+        .bind(attributes)
+        .bind(now)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("saving client attributes")?;
+    Ok(())
+}
+
 /// The client's chat on this channel that is not closed yet, if any.
 pub async fn live_chat_of_client(
     conn: &mut AnyConnection,

@@ -1,9 +1,9 @@
 //! Plugin key-value namespaces: reads one key at a time, writes a call's
-//! changes together once the call has succeeded.
+//! changes together, in the transaction of the event the call belonged to.
 
 use std::collections::BTreeMap;
 
-use sqlx::Row;
+use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, Store, StoreError};
 use crate::clock::now_ms;
@@ -21,7 +21,8 @@ impl Store {
             .ctx("reading a plugin key")
     }
 
-    /// Applies one call's writes: `Some` sets a key, `None` deletes it.
+    /// Applies one call's writes in a transaction of their own (`hub plugin
+    /// test`, which has no event to commit them with).
     pub async fn kv_apply(
         &self,
         plugin: &str,
@@ -30,30 +31,42 @@ impl Store {
         if writes.is_empty() {
             return Ok(());
         }
-        let now = now_ms();
         let mut w = self.begin_write().await?;
-        for (key, value) in writes {
-            match value {
-                Some(value) => sqlx::query(
-                    "INSERT INTO plugin_kv (plugin, key, value, updated_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, \
-                     updated_at = excluded.updated_at",
-                )
-                .bind(plugin)
-                .bind(key.as_str())
-                .bind(value.as_str())
-                .bind(now)
-                .execute(&mut *w.tx)
-                .await
-                .ctx("writing a plugin key")?,
-                None => sqlx::query("DELETE FROM plugin_kv WHERE plugin = $1 AND key = $2")
-                    .bind(plugin)
-                    .bind(key.as_str())
-                    .execute(&mut *w.tx)
-                    .await
-                    .ctx("deleting a plugin key")?,
-            };
-        }
+        apply(&mut w.tx, plugin, writes, now_ms()).await?;
         w.commit().await
     }
+}
+
+/// Applies one call's writes in the caller's transaction: `Some` sets a key,
+/// `None` deletes it. The core calls it in the transaction of the event the
+/// call belonged to, so a refused event keeps no writes.
+pub async fn apply(
+    conn: &mut AnyConnection,
+    plugin: &str,
+    writes: &BTreeMap<String, Option<String>>,
+    now: i64,
+) -> Result<(), StoreError> {
+    for (key, value) in writes {
+        match value {
+            Some(value) => sqlx::query(
+                "INSERT INTO plugin_kv (plugin, key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(plugin)
+            .bind(key.as_str())
+            .bind(value.as_str())
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .ctx("writing a plugin key")?,
+            None => sqlx::query("DELETE FROM plugin_kv WHERE plugin = $1 AND key = $2")
+                .bind(plugin)
+                .bind(key.as_str())
+                .execute(&mut *conn)
+                .await
+                .ctx("deleting a plugin key")?,
+        };
+    }
+    Ok(())
 }

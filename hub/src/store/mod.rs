@@ -2,12 +2,15 @@
 //! embedded migrations, and the queries of each table group in its own file.
 
 mod agents;
+pub mod calls;
 mod channels;
 pub mod chats;
 pub mod crm;
 pub mod events;
 pub mod kv;
+pub mod offline;
 pub mod outbox;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +22,16 @@ use tokio::sync::{Mutex, MutexGuard};
 pub use agents::{Agent, NewAgent};
 pub use channels::{Channel, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
-pub use outbox::{Claimed, NewDelivery, OutboxState, Retry};
+pub use outbox::{Claimed, NewDelivery, OutboxState, Retry, RowKind};
+
+/// The connection a write transaction hands to store functions
+/// (`&mut w.tx` of a [`WriteTx`]) and every store function takes. Code outside
+/// `store/` names this, never sqlx, so the database layer can change here alone.
+pub type Conn = sqlx::AnyConnection;
+
+/// The log directive that keeps the database driver's per-statement logs
+/// below `info` (`main` adds it to its default filter).
+pub const QUIET_DRIVER_LOGS: &str = "sqlx=warn";
 
 /// A failed database operation, with what the hub was doing when it failed.
 #[derive(Debug, thiserror::Error)]

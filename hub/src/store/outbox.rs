@@ -101,6 +101,194 @@ pub struct Retry {
     pub hold_until: i64,
 }
 
+/// Names of the retry policies rows are sent under (`delivery::Policies`
+/// says what each means); a forward's is `dest:<destination>`.
+pub const POLICY_CHANNEL: &str = "channel";
+pub const POLICY_TYPING: &str = "typing";
+/// `chat_accepted` and `chat_updated`: an agent waits for the reply.
+pub const POLICY_WEBHOOK_SYNC: &str = "webhook_sync";
+/// Every other event webhook and every CRM webhook.
+pub const POLICY_WEBHOOK: &str = "webhook";
+pub const POLICY_DESTINATION_PREFIX: &str = "dest:";
+
+/// Row kinds of webhooks start with these (`webhook.<event_name>`,
+/// `crm.<event_type>.<event_name>`); a plugin's forward is `forward`.
+pub const EVENT_WEBHOOK_PREFIX: &str = "webhook.";
+pub const CRM_WEBHOOK_PREFIX: &str = "crm.";
+pub const FORWARD_KIND: &str = "forward";
+
+/// What an outbox row is. The constructors of [`NewDelivery`] fix, per kind,
+/// its policy, order key and staging; the deliverer and the bookkeeping of
+/// results match on this instead of on the kind's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// An agent's message or typing notice to the channel's integrator; its
+    /// answer is read by the channel's rules (an `{"error"}` body refuses).
+    ChannelMessage,
+    /// A plugin's forward to a named destination.
+    Forward,
+    /// An event webhook to a channel's receiver; any 2xx is delivered.
+    EventWebhook,
+    /// A CRM webhook to the CRM's receiver.
+    CrmWebhook,
+}
+
+impl RowKind {
+    /// The kind of a stored row (rows of older versions read by their kind's text).
+    pub fn of(kind: &str) -> RowKind {
+        if kind == FORWARD_KIND {
+            RowKind::Forward
+        } else if kind.starts_with(EVENT_WEBHOOK_PREFIX) {
+            RowKind::EventWebhook
+        } else if kind.starts_with(CRM_WEBHOOK_PREFIX) {
+            RowKind::CrmWebhook
+        } else {
+            RowKind::ChannelMessage
+        }
+    }
+
+    pub fn is_webhook(self) -> bool {
+        matches!(self, RowKind::EventWebhook | RowKind::CrmWebhook)
+    }
+}
+
+impl NewDelivery {
+    /// An agent's message (or typing notice, `message_id` `None`) to the
+    /// integrator: in order per chat, sent as queued.
+    pub fn channel_message(
+        event_id: uuid::Uuid,
+        kind: &str,
+        target_url: String,
+        body: String,
+        chunked: bool,
+        chat_id: i64,
+        message_id: Option<i64>,
+    ) -> NewDelivery {
+        NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id,
+            kind: kind.to_owned(),
+            policy: if message_id.is_some() {
+                POLICY_CHANNEL
+            } else {
+                POLICY_TYPING
+            }
+            .to_owned(),
+            target_url,
+            body,
+            chunked,
+            order_key: Some(format!("chat:{chat_id}")),
+            message_id,
+            chat_id: Some(chat_id),
+            staged: false,
+            secret: None,
+        }
+    }
+
+    /// A plugin's forward to `destination`: per destination and chat, in the
+    /// order the forwards were made.
+    pub fn forward(
+        event_id: uuid::Uuid,
+        destination: &str,
+        target_url: String,
+        body: String,
+        chat_id: Option<i64>,
+    ) -> NewDelivery {
+        let policy = format!("{POLICY_DESTINATION_PREFIX}{destination}");
+        NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id,
+            kind: FORWARD_KIND.to_owned(),
+            order_key: chat_id.map(|chat| format!("{policy}:chat:{chat}")),
+            policy,
+            target_url,
+            body,
+            chunked: false,
+            message_id: None,
+            chat_id,
+            staged: false,
+            secret: None,
+        }
+    }
+
+    /// An event webhook (`kind` = `webhook.<event_name>`): staged (its plugins
+    /// run when it is first claimed), in order per chat, or per client when
+    /// it is about a client outside a chat. `sync` for the replies an agent
+    /// waits for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn event_webhook(
+        event_id: uuid::Uuid,
+        kind: &str,
+        sync: bool,
+        target_url: String,
+        body: String,
+        chat_id: Option<i64>,
+        client_id: Option<i64>,
+        secret: Option<String>,
+    ) -> NewDelivery {
+        let order_key = match (chat_id, client_id) {
+            (Some(chat), _) => Some(format!("webhook:chat:{chat}")),
+            (None, Some(client)) => Some(format!("webhook:client:{client}")),
+            (None, None) => None,
+        };
+        NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id,
+            kind: kind.to_owned(),
+            policy: if sync {
+                POLICY_WEBHOOK_SYNC
+            } else {
+                POLICY_WEBHOOK
+            }
+            .to_owned(),
+            target_url,
+            body,
+            chunked: false,
+            order_key,
+            message_id: None,
+            chat_id,
+            staged: true,
+            secret,
+        }
+    }
+
+    /// A CRM webhook (`kind` = `crm.<event_type>.<event_name>`): staged, and
+    /// all of them in one order (a retried created_* must not follow its updated_*).
+    pub fn crm_webhook(
+        event_id: uuid::Uuid,
+        kind: &str,
+        target_url: String,
+        body: String,
+        secret: Option<String>,
+    ) -> NewDelivery {
+        NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id,
+            kind: kind.to_owned(),
+            policy: POLICY_WEBHOOK.to_owned(),
+            target_url,
+            body,
+            chunked: false,
+            order_key: Some("crm".to_owned()),
+            message_id: None,
+            chat_id: None,
+            staged: true,
+            secret,
+        }
+    }
+}
+
+impl Claimed {
+    pub fn row_kind(&self) -> RowKind {
+        RowKind::of(&self.kind)
+    }
+
+    /// The destination a forward goes to, by name.
+    pub fn destination(&self) -> Option<&str> {
+        self.policy.strip_prefix(POLICY_DESTINATION_PREFIX)
+    }
+}
+
 /// A request to be made; `order_key` (the chat) serialises rows that share it.
 #[derive(Debug, Clone)]
 pub struct NewDelivery {

@@ -6,28 +6,22 @@
 
 pub mod payload;
 pub mod reply;
-pub mod signing;
 
 use plugin_api::crm::{CrmEvent, CrmWebhook};
 use plugin_api::webhook::{NumericId, WebhookEvent};
 use serde_json::Value;
-use sqlx::AnyConnection;
 
 use crate::config::CrmConfig;
 use crate::event::{Direction, Event, EventKind};
 use crate::store::events::insert_event;
 use crate::store::outbox::enqueue;
-use crate::store::{NewDelivery, StoreError};
-
-/// `chat_accepted` and `chat_updated`: an agent waits for the reply.
-pub const POLICY_SYNC: &str = "webhook_sync";
-/// Every other event webhook and every CRM webhook.
-pub const POLICY_ASYNC: &str = "webhook";
+use crate::store::{Conn, NewDelivery, StoreError, webhooks as rows};
 
 /// Outbox `kind`s of webhooks start with these; delivery results of them are
 /// `webhook.delivery_result` events.
-pub const EVENT_PREFIX: &str = "webhook.";
-pub const CRM_PREFIX: &str = "crm.";
+pub use crate::store::outbox::{
+    CRM_WEBHOOK_PREFIX as CRM_PREFIX, EVENT_WEBHOOK_PREFIX as EVENT_PREFIX,
+};
 
 /// Where a webhook goes. Without a URL it still crosses its plugins, which
 /// may forward it; then it is done.
@@ -56,21 +50,6 @@ pub struct Outgoing {
 pub const SEQUENCE_FIELD: &str = "sequence";
 pub const TIME_FIELD: &str = "event_ts";
 
-/// The next webhook sequence number, taken in the caller's transaction so the
-/// numbers follow the order in which changes commit.
-async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> {
-    let row: (i64,) = sqlx::query_as(
-        "UPDATE counters SET value = value + 1 WHERE name = 'webhook_sequence' RETURNING value",
-    )
-    .fetch_one(conn)
-    .await
-    .map_err(|source| StoreError::Db {
-        context: "numbering a webhook",
-        source,
-    })?;
-    Ok(row.0)
-}
-
 /// Puts the order fields of `original` back into a payload plugins changed:
 /// a plugin may change what a webhook says, not where it stands in order.
 pub fn keep_order_fields(original: &Value, changed: &mut Value) {
@@ -86,14 +65,17 @@ pub fn keep_order_fields(original: &Value, changed: &mut Value) {
 
 /// Queues `out` for `to` in the caller's transaction and logs its event.
 pub async fn queue(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     out: Outgoing,
     to: &Receiver,
     now: i64,
 ) -> Result<uuid::Uuid, StoreError> {
     let mut payload = out.payload;
     if let Some(fields) = payload.as_object_mut() {
-        fields.insert(SEQUENCE_FIELD.to_owned(), next_sequence(conn).await?.into());
+        fields.insert(
+            SEQUENCE_FIELD.to_owned(),
+            rows::next_sequence(conn).await?.into(),
+        );
         fields.insert(TIME_FIELD.to_owned(), (now / 1000).into());
     }
     let mut event = Event::new(out.kind, Direction::Out, payload);
@@ -104,38 +86,32 @@ pub async fn queue(
         "webhook.chat_accepted" | "webhook.chat_updated"
     );
     insert_event(conn, &event).await?;
-    let id = uuid::Uuid::now_v7();
-    let delivery = NewDelivery {
-        id,
-        event_id: event.id,
-        kind: event.kind.as_str().to_owned(),
-        policy: if sync { POLICY_SYNC } else { POLICY_ASYNC }.to_owned(),
-        target_url: to.url.clone().unwrap_or_default(),
-        body: event.payload.to_string(),
-        chunked: false,
-        // A chat's webhooks reach the receiver in the order they happened;
-        // so do a client's snapshots and CRM webhooks (a retried created_*
-        // must not follow its updated_*). The order holds for a bounded time
-        // (`[webhooks] order_hold_ms`), so one failing event cannot stall the rest.
-        order_key: if event.kind.as_str().starts_with(CRM_PREFIX) {
-            Some("crm".to_owned())
-        } else if let Some(chat) = event.chat_id {
-            Some(format!("webhook:chat:{chat}"))
-        } else {
-            out.client_id.map(|c| format!("webhook:client:{c}"))
-        },
-        message_id: None,
-        chat_id: event.chat_id,
-        staged: true,
-        secret: to.secret.clone(),
+    // A chat's webhooks reach the receiver in the order they happened; so do
+    // a client's snapshots and CRM webhooks. The order holds for a bounded
+    // time (`[webhooks] order_hold_ms`), so one failing event cannot stall the rest.
+    let url = to.url.clone().unwrap_or_default();
+    let body = event.payload.to_string();
+    let delivery = if event.kind.as_str().starts_with(CRM_PREFIX) {
+        NewDelivery::crm_webhook(event.id, event.kind.as_str(), url, body, to.secret.clone())
+    } else {
+        NewDelivery::event_webhook(
+            event.id,
+            event.kind.as_str(),
+            sync,
+            url,
+            body,
+            event.chat_id,
+            out.client_id,
+            to.secret.clone(),
+        )
     };
     enqueue(conn, &delivery, now).await?;
-    Ok(id)
+    Ok(delivery.id)
 }
 
 /// Queues a CRM webhook `{site_id, event_type, event}` for the CRM's receiver.
 pub async fn queue_crm(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     crm: &CrmConfig,
     event: CrmEvent,
     now: i64,
@@ -162,21 +138,9 @@ pub async fn queue_crm(
 }
 
 /// The event webhook receiver of a channel.
-pub async fn channel_receiver(
-    conn: &mut AnyConnection,
-    channel_id: i64,
-) -> Result<Receiver, StoreError> {
-    let row: Option<(Option<String>, Option<String>)> =
-        sqlx::query_as("SELECT webhook_url, webhook_secret FROM channels WHERE id = $1")
-            .bind(channel_id)
-            .fetch_optional(conn)
-            .await
-            .map_err(|source| StoreError::Db {
-                context: "reading a channel's webhook receiver",
-                source,
-            })?;
-    Ok(match row {
-        Some((url, secret)) => Receiver {
+pub async fn channel_receiver(conn: &mut Conn, channel_id: i64) -> Result<Receiver, StoreError> {
+    Ok(match rows::channel_receiver(conn, channel_id).await? {
+        Some(rows::ChannelReceiver { url, secret }) => Receiver {
             url: url.filter(|u| !u.is_empty()),
             secret,
         },
@@ -186,7 +150,7 @@ pub async fn channel_receiver(
 
 /// Queues an event webhook for the receiver of `channel_id`.
 pub async fn queue_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     channel_id: i64,
     chat_id: Option<i64>,
     event: WebhookEvent,
@@ -197,7 +161,7 @@ pub async fn queue_event(
 
 /// Queues an event webhook about a client outside a chat (kept in order per client).
 async fn queue_client_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     channel_id: i64,
     client_id: i64,
     event: WebhookEvent,
@@ -207,7 +171,7 @@ async fn queue_client_event(
 }
 
 async fn queue_about(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     channel_id: i64,
     chat_id: Option<i64>,
     client_id: Option<i64>,
@@ -231,7 +195,7 @@ async fn queue_about(
 /// Queues `client_updated` for the client's channel: call it in the
 /// transaction that changed the client's data.
 pub async fn queue_client_updated(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     client_id: i64,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -245,7 +209,7 @@ pub async fn queue_client_updated(
 
 /// Queues `client_attribute_updated` with the client's attributes as stored.
 pub async fn queue_client_attribute_updated(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     client_id: i64,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -259,7 +223,7 @@ pub async fn queue_client_attribute_updated(
 
 /// Queues `chat_accepted` (or `chat_updated`) for a chat.
 pub async fn queue_chat_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
     accepted: bool,
     now: i64,

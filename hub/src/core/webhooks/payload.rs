@@ -9,10 +9,9 @@ use plugin_api::webhook::{
     Session, Status, Tag, Visitor, WebhookEvent,
 };
 use serde_json::{Map, Value};
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
 
-use crate::store::{Ctx, StoreError};
+use crate::store::webhooks::{self as rows, Titled};
+use crate::store::{Conn, StoreError};
 
 /// What every chat and client event says about the client.
 struct Known {
@@ -28,154 +27,90 @@ struct Known {
     attributes: Map<String, Value>,
 }
 
-async fn known(conn: &mut AnyConnection, client_id: i64) -> Result<Option<Known>, StoreError> {
-    let row = sqlx::query(
-        "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
-         c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
-         c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count \
-         FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
-    )
-    .bind(client_id)
-    .fetch_optional(&mut *conn)
-    .await
-    .ctx("reading a client for a webhook")?;
-    let Some(row) = row else { return Ok(None) };
-    let get = |r: &AnyRow, c: &str| r.try_get::<Option<String>, _>(c).ctx("reading a client");
-    let chats_count: i64 = row.try_get("chats_count").ctx("reading a client")?;
-    let visitor = Visitor {
-        name: get(&row, "name")?,
-        email: get(&row, "email")?,
-        phone: get(&row, "phone")?,
-        description: get(&row, "description")?.unwrap_or_default(),
-        number: Label(
-            row.try_get::<Option<i64>, _>("visitor_number")
-                .ctx("reading a client")?
-                .unwrap_or_default()
-                .to_string(),
-        ),
-        social: None,
-        chats_count: u64::try_from(chats_count).unwrap_or(0),
+async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreError> {
+    let Some(card) = rows::client_card(conn, client_id).await? else {
+        return Ok(None);
     };
-    let organization_id: Option<i64> = row.try_get("organization_id").ctx("reading a client")?;
-    let status_id: Option<i64> = row.try_get("status_id").ctx("reading a client")?;
-    let agent_id: Option<i64> = row.try_get("assigned_agent_id").ctx("reading a client")?;
-    let attributes = get(&row, "attributes")?
+    let visitor = Visitor {
+        name: card.name,
+        email: card.email,
+        phone: card.phone,
+        description: card.description.unwrap_or_default(),
+        number: Label(card.visitor_number.unwrap_or_default().to_string()),
+        social: None,
+        chats_count: u64::try_from(card.chats_count).unwrap_or(0),
+    };
+    let attributes = card
+        .attributes
         .and_then(|a| serde_json::from_str::<Map<String, Value>>(&a).ok())
         .unwrap_or_default();
     let mut known = Known {
-        channel_id: row.try_get("channel_id").ctx("reading a client")?,
-        widget_id: Label(row.try_get("public_id").ctx("reading a client")?),
-        user_token: get(&row, "user_token")?,
+        channel_id: card.channel_id,
+        widget_id: Label(card.public_id),
+        user_token: card.user_token,
         visitor,
-        url: get(&row, "url")?,
+        url: card.url,
         organization: None,
         status: None,
         assigned_agent: None,
         tags: Vec::new(),
         attributes,
     };
-    if let Some(id) = organization_id {
-        known.organization = sqlx::query_as::<_, (i64, String)>(
-            "SELECT id, name FROM crm_organizations WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await
-        .ctx("reading an organization")?
-        .map(|(id, name)| Organization {
-            id: NumericId(id),
-            name,
+    if let Some(id) = card.organization_id {
+        known.organization = rows::organization(conn, id).await?.map(|o| Organization {
+            id: NumericId(o.id),
+            name: o.name,
         });
     }
-    known.status = client_status(conn, status_id).await?;
-    if let Some(id) = agent_id {
-        known.assigned_agent = sqlx::query_as::<_, (i64, String, String)>(
-            "SELECT id, email, name FROM agents WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await
-        .ctx("reading an agent")?
-        .map(|(id, email, name)| AssignedAgent {
-            id: NumericId(id),
-            email,
-            name,
+    known.status = client_status(conn, card.status_id).await?;
+    if let Some(id) = card.assigned_agent_id {
+        known.assigned_agent = rows::agent(conn, id).await?.map(|a| AssignedAgent {
+            id: NumericId(a.id),
+            email: a.email,
+            name: a.name,
         });
     }
-    known.tags = sqlx::query_as::<_, (i64, String)>(
-        "SELECT t.id, t.title FROM crm_client_tags ct JOIN crm_tags t ON t.id = ct.tag_id \
-         WHERE ct.client_id = $1 ORDER BY t.id",
-    )
-    .bind(client_id)
-    .fetch_all(&mut *conn)
-    .await
-    .ctx("reading client tags")?
-    .into_iter()
-    .map(|(id, title)| Tag {
-        id: NumericId(id),
-        title,
-    })
-    .collect();
+    known.tags = rows::client_tags(conn, client_id)
+        .await?
+        .into_iter()
+        .map(|Titled { id, title }| Tag {
+            id: NumericId(id),
+            title,
+        })
+        .collect();
     Ok(Some(known))
 }
 
 /// The client's category; clients without one are in the default category.
 async fn client_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     status_id: Option<i64>,
 ) -> Result<Option<Status>, StoreError> {
-    let row: Option<(i64, String)> = match status_id {
-        Some(id) => sqlx::query_as("SELECT id, title FROM crm_statuses WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await
-            .ctx("reading a category")?,
-        None => sqlx::query_as(
-            "SELECT id, title FROM crm_statuses WHERE is_default = 1 ORDER BY position LIMIT 1",
-        )
-        .fetch_optional(&mut *conn)
-        .await
-        .ctx("reading the default category")?,
+    let row = match status_id {
+        Some(id) => rows::status(conn, id).await?,
+        None => rows::default_status(conn).await?,
     };
-    Ok(row.map(|(id, title)| Status {
+    Ok(row.map(|Titled { id, title }| Status {
         id: NumericId(id),
         title,
     }))
 }
 
-async fn agent(
-    conn: &mut AnyConnection,
-    id: i64,
-) -> Result<Option<plugin_api::webhook::Agent>, StoreError> {
-    Ok(sqlx::query_as::<_, (i64, String, String)>(
-        "SELECT id, name, email FROM agents WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await
-    .ctx("reading an agent")?
-    .map(|(id, name, email)| plugin_api::webhook::Agent {
-        id: NumericId(id),
-        name,
-        email,
-        phone: None,
-    }))
+async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::Agent>, StoreError> {
+    Ok(rows::agent(conn, id)
+        .await?
+        .map(|a| plugin_api::webhook::Agent {
+            id: NumericId(a.id),
+            name: a.name,
+            email: a.email,
+            phone: None,
+        }))
 }
 
 /// The page the visitor is on: the one a reply named, else the customer's `url`.
-async fn page(
-    conn: &mut AnyConnection,
-    chat_id: i64,
-    url: Option<&str>,
-) -> Result<Page, StoreError> {
-    let integration: Option<(Option<String>,)> =
-        sqlx::query_as("SELECT integration FROM chats WHERE id = $1")
-            .bind(chat_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .ctx("reading a chat")?;
-    let from_reply = integration
-        .and_then(|(i,)| i)
+async fn page(conn: &mut Conn, chat_id: i64, url: Option<&str>) -> Result<Page, StoreError> {
+    let from_reply = rows::chat_integration_text(conn, chat_id)
+        .await?
         .and_then(|i| serde_json::from_str::<Value>(&i).ok())
         .and_then(|i| serde_json::from_value::<Page>(i.get("page")?.clone()).ok());
     Ok(from_reply.unwrap_or_else(|| Page {
@@ -185,20 +120,18 @@ async fn page(
 }
 
 async fn chat_client(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, Option<i64>)>, StoreError> {
-    sqlx::query_as::<_, (i64, Option<i64>)>("SELECT client_id, agent_id FROM chats WHERE id = $1")
-        .bind(chat_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .ctx("reading a chat")
+    Ok(rows::chat_parties(conn, chat_id)
+        .await?
+        .map(|p| (p.client_id, p.agent_id)))
 }
 
 /// `chat_accepted` / `chat_updated` (and the base of `chat_assigned`):
 /// `(channel id, payload)`. `agent` is the chat's agent, if any.
 pub async fn chat_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, ChatEvent)>, StoreError> {
     let Some((client_id, agent_id)) = chat_client(conn, chat_id).await? else {
@@ -234,7 +167,7 @@ pub async fn chat_event(
 }
 
 pub async fn chat_assigned(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
     assign_to: String,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
@@ -248,7 +181,7 @@ pub async fn chat_assigned(
 }
 
 pub async fn client_updated(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     client_id: i64,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
     let Some(k) = known(conn, client_id).await? else {
@@ -269,7 +202,7 @@ pub async fn client_updated(
 
 /// `client_attribute_updated` with the client's attributes as stored now.
 pub async fn client_attribute_updated(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     client_id: i64,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
     let Some(k) = known(conn, client_id).await? else {
@@ -289,7 +222,7 @@ pub async fn client_attribute_updated(
 
 /// `chat_finished`: the whole chat log, as plain text and as escaped HTML too.
 pub async fn chat_finished(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
     let Some((client_id, _)) = chat_client(conn, chat_id).await? else {
@@ -298,22 +231,18 @@ pub async fn chat_finished(
     let Some(k) = known(conn, client_id).await? else {
         return Ok(None);
     };
-    let rows = sqlx::query(
-        "SELECT author, agent_id, body, created_at FROM messages WHERE chat_id = $1 ORDER BY id",
-    )
-    .bind(chat_id)
-    .fetch_all(&mut *conn)
-    .await
-    .ctx("reading a chat log")?;
-    let mut messages = Vec::with_capacity(rows.len());
+    let log = rows::chat_log(conn, chat_id).await?;
+    let mut messages = Vec::with_capacity(log.len());
     let mut agent_ids: Vec<i64> = Vec::new();
     let mut plain = String::new();
     let mut html = String::new();
-    for row in &rows {
-        let author: String = row.try_get("author").ctx("reading a message")?;
-        let agent_id: Option<i64> = row.try_get("agent_id").ctx("reading a message")?;
-        let body: String = row.try_get("body").ctx("reading a message")?;
-        let at: i64 = row.try_get("created_at").ctx("reading a message")?;
+    for entry in log {
+        let rows::LogEntry {
+            author,
+            agent_id,
+            body,
+            created_at: at,
+        } = entry;
         let text = serde_json::from_str::<plugin_api::channel::Message>(&body)
             .map(|m| m.preview())
             .unwrap_or_default();
@@ -351,14 +280,7 @@ pub async fn chat_finished(
             agents.push(a);
         }
     }
-    let (rate, blacklisted): (Option<String>, i64) = sqlx::query_as(
-        "SELECT ch.rate, (SELECT COUNT(*) FROM crm_blacklist b WHERE b.client_id = ch.client_id) \
-         FROM chats ch WHERE ch.id = $1",
-    )
-    .bind(chat_id)
-    .fetch_one(&mut *conn)
-    .await
-    .ctx("reading a chat")?;
+    let rows::ChatEnd { rate, blacklisted } = rows::chat_end(conn, chat_id).await?;
     let page = page(conn, chat_id, k.url.as_deref()).await?;
     let body = ChatFinished {
         widget_id: Some(k.widget_id),
@@ -367,7 +289,7 @@ pub async fn chat_finished(
         agents,
         chat: ChatLog {
             messages,
-            blacklisted: blacklisted > 0,
+            blacklisted,
             rate: match rate.as_deref() {
                 Some("positive") => Some(Rate::Positive),
                 Some("negative") => Some(Rate::Negative),
@@ -392,7 +314,7 @@ pub async fn chat_finished(
 
 /// `call_event` for a call the agent reported.
 pub async fn call_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     chat_id: i64,
     agent_id: i64,
     call: Call,
@@ -440,7 +362,7 @@ pub fn escape_html(text: &str) -> String {
 
 /// `offline_message` for a message left through the widget's offline form.
 pub async fn offline_message(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     client_id: i64,
     chat_id: i64,
     offline_message_id: i64,

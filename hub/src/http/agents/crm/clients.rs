@@ -14,7 +14,6 @@ use plugin_api::lenient::ExternalId;
 use plugin_api::webhook::NumericId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sqlx::AnyConnection;
 
 use super::{
     Answer, Change, CrmError, Query, body, created, invalid, is_update, nullable, ok,
@@ -22,11 +21,11 @@ use super::{
 };
 use crate::clock::now_ms;
 use crate::http::App;
-use crate::store::Agent;
 use crate::store::crm::clients::{self as store, Block, ClientFilter, NewClient, ProfilePatch};
 use crate::store::crm::deals::DealFilter;
 use crate::store::crm::tasks::TaskFilter;
 use crate::store::crm::{agent_exists, deals, organizations, statuses, tags, tasks};
+use crate::store::{Agent, Conn};
 
 const MISSING: &str = "no such client";
 const DEFAULT_LIMIT: i64 = 100;
@@ -96,7 +95,7 @@ struct ClientAnswer {
     external_id: ExternalId,
 }
 
-async fn answer(conn: &mut AnyConnection, id: i64, now_s: i64) -> Result<ClientAnswer, CrmError> {
+async fn answer(conn: &mut Conn, id: i64, now_s: i64) -> Result<ClientAnswer, CrmError> {
     let client = store::get(conn, id, now_s)
         .await?
         .ok_or(CrmError::NotFound(MISSING))?;

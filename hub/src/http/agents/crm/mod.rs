@@ -19,12 +19,12 @@ use plugin_api::crm::CrmEvent;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
-use sqlx::AnyConnection;
 
 use crate::clock::now_ms;
 use crate::http::App;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
-use crate::store::{Agent, StoreError, WriteTx};
+use crate::store::{Agent, Conn, StoreError, WriteTx};
 
 /// Longest title, name or text line the CRM keeps, in characters.
 const MAX_TITLE: usize = 255;
@@ -77,11 +77,7 @@ impl CrmError {
             CrmError::Body(status, m) => error(status, "invalid_request", m),
             CrmError::Store(e) => {
                 tracing::error!(error = %e, "CRM request failed");
-                error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "temporarily unavailable, retry",
-                )
+                Problem::unavailable().answer(Dialect::Api)
             }
         }
     }
@@ -149,7 +145,7 @@ pub(crate) fn found<T>(value: Option<T>, missing: &'static str) -> Result<T, Crm
 pub(crate) async fn list_all<T: serde::Serialize>(
     app: &App,
     key: &str,
-    list: impl AsyncFnOnce(&mut AnyConnection) -> Result<Vec<T>, StoreError>,
+    list: impl AsyncFnOnce(&mut Conn) -> Result<Vec<T>, StoreError>,
 ) -> Answer {
     let mut conn = app.store.crm_reader().await?;
     let items = list(&mut conn).await?;
@@ -161,7 +157,7 @@ pub(crate) async fn show<T: serde::Serialize>(
     app: &App,
     id: i64,
     missing: &'static str,
-    get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
+    get: impl AsyncFnOnce(&mut Conn, i64) -> Result<Option<T>, StoreError>,
 ) -> Answer {
     let mut conn = app.store.crm_reader().await?;
     ok(&found(get(&mut conn, id).await?, missing)?)
@@ -173,8 +169,8 @@ pub(crate) async fn remove<T: serde::Serialize + Clone>(
     app: &App,
     id: i64,
     missing: &'static str,
-    get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
-    delete: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<(), StoreError>,
+    get: impl AsyncFnOnce(&mut Conn, i64) -> Result<Option<T>, StoreError>,
+    delete: impl AsyncFnOnce(&mut Conn, i64) -> Result<(), StoreError>,
     event: fn(T) -> CrmEvent,
 ) -> Answer {
     let mut change = Change::begin(app).await?;
@@ -371,7 +367,7 @@ impl<'a> Change<'a> {
         })
     }
 
-    pub(crate) fn conn(&mut self) -> &mut AnyConnection {
+    pub(crate) fn conn(&mut self) -> &mut Conn {
         &mut self.w.tx
     }
 
@@ -400,7 +396,7 @@ impl<'a> Change<'a> {
     /// Reads the entity `id` inside this change, or fails with its 404.
     pub(crate) async fn find<T>(
         &mut self,
-        get: impl AsyncFnOnce(&mut AnyConnection, i64) -> Result<Option<T>, StoreError>,
+        get: impl AsyncFnOnce(&mut Conn, i64) -> Result<Option<T>, StoreError>,
         id: i64,
         missing: &'static str,
     ) -> Result<T, CrmError> {

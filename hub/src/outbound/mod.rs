@@ -1,5 +1,12 @@
-//! One HTTP attempt and how its answer is read: 2xx without an error body is
-//! delivered; a 4xx or an `{"error":…}` body is final; anything else is retried.
+//! The outbound HTTP client: one POST of a plain [`Request`], and its answer
+//! read by an [`AnswerRule`] (or handed back as it came, for a plugin's
+//! `send`). Below the deliverer and the plugin runtime, it imports nothing
+//! else of the hub; `signing` makes Standard Webhooks signatures.
+//!
+//! How an answer is read: 2xx without an error body is delivered; a 4xx or an
+//! `{"error":…}` body is final; anything else is retried.
+
+pub mod signing;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -8,15 +15,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, USER_AGENT};
-use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, StatusCode, Uri};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-
-use crate::store::Claimed;
 
 /// Header carrying the outbox row id: the same on every attempt and after restarts,
 /// so a receiver can recognise a retry.
@@ -26,6 +31,65 @@ pub const ATTEMPT_HEADER: &str = "x-hub-attempt";
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// Longest reason kept from a plain-text refusal.
 const MAX_REASON_CHARS: usize = 500;
+
+/// One outbound POST.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub url: &'a str,
+    /// Sent as `application/json; charset=utf-8`.
+    pub body: Bytes,
+    /// Sent with `Transfer-Encoding: chunked` (one chunk) instead of a Content-Length.
+    pub chunked: bool,
+    /// Added after the hub's own headers.
+    pub headers: &'a [(HeaderName, HeaderValue)],
+    /// The outbox row and attempt, when the request is one (`X-Hub-Delivery`,
+    /// `X-Hub-Attempt`).
+    pub delivery: Option<DeliveryId<'a>>,
+    /// For the whole exchange: connecting, sending and reading the answer.
+    pub timeout: Duration,
+}
+
+impl<'a> Request<'a> {
+    /// A POST of `body` to `url`, not chunked, without extra headers and
+    /// without delivery headers.
+    pub fn post(url: &'a str, body: impl Into<Bytes>, timeout: Duration) -> Request<'a> {
+        Request {
+            url,
+            body: body.into(),
+            chunked: false,
+            headers: &[],
+            delivery: None,
+            timeout,
+        }
+    }
+}
+
+/// Which delivery a request is an attempt of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryId<'a> {
+    pub id: &'a str,
+    pub attempt: i64,
+}
+
+/// How a receiver's answer is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerRule {
+    /// The channel spec's reading: a 2xx with an `{"error":…}` body is a refusal.
+    Channel,
+    /// A webhook receiver's: any 2xx is a delivery (a `result` other than ok
+    /// only means its data is not applied).
+    Webhook,
+}
+
+impl AnswerRule {
+    /// Reads one answer (status and the start of its body).
+    pub fn read(self, status: StatusCode, body: Bytes) -> Attempt {
+        match self {
+            AnswerRule::Channel => classify(status, body),
+            AnswerRule::Webhook => classify_webhook(status, body),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -68,21 +132,14 @@ impl Body for OutBody {
     }
 }
 
-/// One outbound POST; `delivery` names the outbox row and attempt, when it is one.
-struct Post<'a> {
-    url: &'a str,
-    body: String,
-    chunked: bool,
-    headers: &'a [(HeaderName, HeaderValue)],
-    delivery: Option<(&'a str, i64)>,
-}
-
 enum PostError {
     /// The request could not be made at all: retrying will not help.
     Invalid(String),
     Transient(String),
 }
 
+/// The hub's HTTP client: a keep-alive pool, HTTP and HTTPS (webpki roots).
+/// Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct HttpSender {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
@@ -109,49 +166,21 @@ impl HttpSender {
         Ok(HttpSender { client })
     }
 
-    /// Makes one attempt of `row` and says how it went.
-    pub async fn send(
-        &self,
-        row: &Claimed,
-        attempt: i64,
-        timeout: Duration,
-        headers: &[(HeaderName, HeaderValue)],
-    ) -> Attempt {
-        let post = Post {
-            url: &row.target_url,
-            body: row.body.clone(),
-            chunked: row.chunked,
-            headers,
-            delivery: Some((&row.id, attempt)),
-        };
-        let webhook = row.kind.starts_with(crate::core::webhooks::EVENT_PREFIX)
-            || row.kind.starts_with(crate::core::webhooks::CRM_PREFIX);
+    /// Makes one attempt and reads its answer by `rule`.
+    pub async fn send(&self, request: Request<'_>, rule: AnswerRule) -> Attempt {
         // Only the start of an answer matters to a delivery; a body too large
-        // to keep counts as empty (one that broke off is an error, above).
-        match self.post(post, timeout).await {
-            Ok((status, body)) if webhook => classify_webhook(status, body.unwrap_or_default()),
-            Ok((status, body)) => classify(status, body.unwrap_or_default()),
+        // to keep counts as empty (one that broke off is an error, below).
+        match self.post(request).await {
+            Ok((status, body)) => rule.read(status, body.unwrap_or_default()),
             Err(PostError::Invalid(reason)) => Attempt::Rejected(reason),
             Err(PostError::Transient(reason)) => Attempt::Transient(reason),
         }
     }
 
-    /// Makes one POST and returns the answer as it came; a plugin's `send`.
-    pub async fn exchange(
-        &self,
-        url: &str,
-        body: String,
-        headers: &[(HeaderName, HeaderValue)],
-        timeout: Duration,
-    ) -> Result<(StatusCode, Bytes), String> {
-        let post = Post {
-            url,
-            body,
-            chunked: false,
-            headers,
-            delivery: None,
-        };
-        match self.post(post, timeout).await {
+    /// Makes one POST and returns the answer as it came (a plugin's `send`);
+    /// an answer larger than the cap, like a failed request, is an error.
+    pub async fn exchange(&self, request: Request<'_>) -> Result<(StatusCode, Bytes), String> {
+        match self.post(request).await {
             Ok((status, Some(body))) => Ok((status, body)),
             Ok((_, None)) => Err(format!(
                 "the answer is larger than {} KiB",
@@ -161,19 +190,16 @@ impl HttpSender {
         }
     }
 
-    async fn post(
-        &self,
-        post: Post<'_>,
-        timeout: Duration,
-    ) -> Result<(StatusCode, Option<Bytes>), PostError> {
+    async fn post(&self, post: Request<'_>) -> Result<(StatusCode, Option<Bytes>), PostError> {
+        let timeout = post.timeout;
         let uri: Uri = post
             .url
             .parse()
             .map_err(|e| PostError::Invalid(format!("invalid endpoint URL: {e}")))?;
-        let mut request = Request::post(uri)
+        let mut request = http::Request::post(uri)
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
             .header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")));
-        if let Some((id, attempt)) = post.delivery {
+        if let Some(DeliveryId { id, attempt }) = post.delivery {
             request = request
                 .header(DELIVERY_ID_HEADER, id)
                 .header(ATTEMPT_HEADER, attempt);
@@ -183,7 +209,7 @@ impl HttpSender {
         }
         let request = request
             .body(OutBody {
-                data: Some(Bytes::from(post.body)),
+                data: Some(post.body),
                 chunked: post.chunked,
             })
             .map_err(|e| PostError::Invalid(format!("cannot build the request: {e}")))?;
@@ -222,7 +248,7 @@ impl HttpSender {
 }
 
 /// Reads the integrator's answer to a channel message.
-pub fn classify(status: StatusCode, body: Bytes) -> Attempt {
+fn classify(status: StatusCode, body: Bytes) -> Attempt {
     let error_text = error_body_message(&body);
     if status.is_success() {
         return match error_text {
@@ -233,9 +259,8 @@ pub fn classify(status: StatusCode, body: Bytes) -> Attempt {
     failure(status, &body, error_text)
 }
 
-/// Reads a webhook receiver's answer: any 2xx is a delivery (a `result`
-/// other than ok only means its data is not applied).
-pub fn classify_webhook(status: StatusCode, body: Bytes) -> Attempt {
+/// Reads a webhook receiver's answer: any 2xx is a delivery.
+fn classify_webhook(status: StatusCode, body: Bytes) -> Attempt {
     if status.is_success() {
         return Attempt::Delivered(body);
     }
@@ -314,6 +339,7 @@ mod tests {
     #[test]
     fn answers_are_classified_as_the_spec_says() {
         let b = |s: &'static [u8]| Bytes::from_static(s);
+        let classify = |status, body| AnswerRule::Channel.read(status, body);
         assert_eq!(
             classify(StatusCode::OK, b(br#"{"result":"ok"}"#)),
             Attempt::Delivered(b(br#"{"result":"ok"}"#))
@@ -343,9 +369,17 @@ mod tests {
     #[test]
     fn webhook_answers_count_as_delivered_whatever_their_result() {
         let failure = Bytes::from_static(b"FAILURE");
+        let classify_webhook = |status, body| AnswerRule::Webhook.read(status, body);
         assert_eq!(
             classify_webhook(StatusCode::OK, failure.clone()),
             Attempt::Delivered(failure)
+        );
+        assert_eq!(
+            classify_webhook(
+                StatusCode::OK,
+                Bytes::from_static(br#"{"error":{"message":"no"}}"#)
+            ),
+            Attempt::Delivered(Bytes::from_static(br#"{"error":{"message":"no"}}"#))
         );
         assert!(matches!(
             classify_webhook(StatusCode::GONE, Bytes::new()),

@@ -1,0 +1,227 @@
+//! The one way in: every inbound action an edge parsed becomes an [`Event`]
+//! (kind, direction, channel, chat, payload), crosses the pipeline, and only
+//! then is dispatched by kind to the action that changes state. No action is
+//! reachable from an edge without crossing the pipeline: the actions are
+//! private to `core`, and [`Conversations::handle`] is their only caller.
+
+use plugin_api::channel::{CustomerMessage, Message};
+use plugin_api::widget::OfflineMessageInput;
+use serde_json::{Map, Value, json};
+use tracing::Instrument;
+
+use crate::core::conversations::{Conversations, CoreError, Ingested};
+use crate::core::integration::CallReport;
+use crate::core::offline::OfflineOutcome;
+use crate::event::{Direction, Event, EventKind};
+use crate::pipeline::{Routed, Verdict};
+use crate::store::{Agent, Channel, Chat, MessageRow};
+
+/// An inbound action, as an edge parsed it.
+#[derive(Debug)]
+pub enum Inbound<'a> {
+    /// A customer message or typing notice from the integrator.
+    CustomerMessage {
+        channel: &'a Channel,
+        message: CustomerMessage,
+    },
+    /// The widget's offline form.
+    OfflineMessage {
+        channel: &'a Channel,
+        form: OfflineMessageInput,
+    },
+    /// An agent's reply or typing notice.
+    AgentMessage {
+        agent: &'a Agent,
+        chat_id: i64,
+        message: Message,
+    },
+    Accept {
+        agent: &'a Agent,
+        chat_id: i64,
+    },
+    Close {
+        agent: &'a Agent,
+        chat_id: i64,
+    },
+    /// Link the chat's client to the CRM card a webhook reply offered.
+    LinkCrm {
+        agent: &'a Agent,
+        chat_id: i64,
+    },
+    /// Set (or with `null`, remove) attributes of the chat's client.
+    SetAttributes {
+        agent: &'a Agent,
+        chat_id: i64,
+        changes: Map<String, Value>,
+    },
+    Call {
+        agent: &'a Agent,
+        report: CallReport,
+    },
+}
+
+/// What an inbound action came to.
+#[derive(Debug)]
+pub enum Handled {
+    Customer(Ingested),
+    Offline(OfflineOutcome),
+    /// The stored agent message (`None` for typing).
+    AgentMessage(Option<MessageRow>),
+    Chat(Chat),
+    CrmLink(String),
+    Attributes(Map<String, Value>),
+    Call(Value),
+}
+
+/// What the pipeline left of an event.
+pub(crate) enum Passage {
+    /// Go on, maybe with a changed payload, or with a plugin's reply.
+    Through(Box<Routed>),
+    /// A plugin dropped it; the event and its effects are recorded.
+    Dropped(String),
+}
+
+impl Conversations {
+    /// The door: turns `inbound` into its event, runs the pipeline, and
+    /// dispatches by kind.
+    pub async fn handle(&self, inbound: Inbound<'_>) -> Result<Handled, CoreError> {
+        match inbound {
+            Inbound::CustomerMessage { channel, message } => self
+                .customer_message(channel, message)
+                .await
+                .map(Handled::Customer),
+            Inbound::OfflineMessage { channel, form } => self
+                .offline_message(channel, form)
+                .await
+                .map(Handled::Offline),
+            Inbound::AgentMessage {
+                agent,
+                chat_id,
+                message,
+            } => self
+                .agent_message(agent, chat_id, message)
+                .await
+                .map(Handled::AgentMessage),
+            Inbound::Accept { agent, chat_id } => {
+                let (chat, event) = self
+                    .agent_event(agent, chat_id, EventKind::AGENT_ACCEPT, json!({}))
+                    .await?;
+                let routed = self.through(event, "accept").await?;
+                self.accept(agent, chat, &routed).await.map(Handled::Chat)
+            }
+            Inbound::Close { agent, chat_id } => {
+                let (chat, event) = self
+                    .agent_event(agent, chat_id, EventKind::AGENT_CLOSE, json!({}))
+                    .await?;
+                let routed = self.through(event, "close").await?;
+                self.close(agent, chat, &routed).await.map(Handled::Chat)
+            }
+            Inbound::LinkCrm { agent, chat_id } => {
+                let (chat, event) = self
+                    .agent_event(agent, chat_id, EventKind::AGENT_CRM_LINK, json!({}))
+                    .await?;
+                let routed = self.through(event, "CRM link").await?;
+                self.link_crm(chat, &routed).await.map(Handled::CrmLink)
+            }
+            Inbound::SetAttributes {
+                agent,
+                chat_id,
+                changes,
+            } => {
+                let extra = json!({ "attributes": changes });
+                let (chat, event) = self
+                    .agent_event(agent, chat_id, EventKind::AGENT_ATTRIBUTES, extra)
+                    .await?;
+                let routed = self.through(event, "attributes").await?;
+                // A plugin may have changed them (say, masked a value).
+                let changes = match routed.event.payload.get("attributes") {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => {
+                        return Err(CoreError::Unavailable(
+                            "a plugin left no attributes object".into(),
+                        ));
+                    }
+                };
+                self.set_attributes(chat, changes, &routed)
+                    .await
+                    .map(Handled::Attributes)
+            }
+            Inbound::Call { agent, report } => {
+                let chat_id = report.chat_id();
+                let mut event = Event::new(
+                    EventKind::AGENT_CALL,
+                    Direction::In,
+                    json!({ "agent": agent_json(agent), "call": report.to_json() }),
+                );
+                if let Some(chat_id) = chat_id {
+                    let chat = self.visible_chat(agent, chat_id).await?;
+                    event = event.on_channel(chat.channel_id).in_chat(chat.id);
+                }
+                let routed = self.through(event, "call").await?;
+                let report = match routed.event.payload.get("call") {
+                    Some(call) if routed.changed => CallReport::from_json(call).map_err(|e| {
+                        CoreError::Unavailable(format!("a plugin changed the call report: {e}"))
+                    })?,
+                    _ => report,
+                };
+                self.report_call(agent, report, &routed)
+                    .await
+                    .map(Handled::Call)
+            }
+        }
+    }
+
+    /// The event of an agent action on a chat the agent may see.
+    async fn agent_event(
+        &self,
+        agent: &Agent,
+        chat_id: i64,
+        kind: EventKind,
+        extra: Value,
+    ) -> Result<(Chat, Event), CoreError> {
+        let chat = self.visible_chat(agent, chat_id).await?;
+        let mut payload = json!({ "agent": agent_json(agent), "chat_id": chat.id });
+        if let (Some(fields), Value::Object(more)) = (payload.as_object_mut(), extra) {
+            fields.extend(more);
+        }
+        let event = Event::new(kind, Direction::In, payload)
+            .on_channel(chat.channel_id)
+            .in_chat(chat.id);
+        Ok((chat, event))
+    }
+
+    /// Runs the pipeline on an agent action, in the event's span: a drop is
+    /// a conflict the agent is told of, a refusal a 503, a reply means nothing.
+    async fn through(&self, event: Event, what: &'static str) -> Result<Routed, CoreError> {
+        let span = event.span();
+        match self.pass(event, what).instrument(span).await? {
+            Passage::Through(routed) => Ok(*routed),
+            Passage::Dropped(reason) => Err(CoreError::Conflict(format!(
+                "dropped by a plugin: {reason}"
+            ))),
+        }
+    }
+
+    /// Runs the pipeline and settles what ends there: a refusal is an error,
+    /// a drop is recorded (with the plugins' effects) and reported.
+    pub(crate) async fn pass(&self, event: Event, what: &str) -> Result<Passage, CoreError> {
+        let routed = self.pipeline.run(event).await;
+        match routed.verdict {
+            Verdict::Reject(ref reason) => {
+                tracing::warn!(%reason, "{what} refused by a plugin");
+                Err(CoreError::Unavailable(reason.clone()))
+            }
+            Verdict::Drop(ref reason) => {
+                tracing::info!(%reason, "{what} dropped by a plugin");
+                let reason = reason.clone();
+                self.record_with_forwards(&routed).await?;
+                Ok(Passage::Dropped(reason))
+            }
+            Verdict::Continue | Verdict::Reply(_) => Ok(Passage::Through(Box::new(routed))),
+        }
+    }
+}
+
+fn agent_json(agent: &Agent) -> Value {
+    json!({ "id": agent.id, "name": agent.name, "email": agent.email })
+}

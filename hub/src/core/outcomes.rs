@@ -1,0 +1,204 @@
+//! Delivery-outcome bookkeeping: what the deliverer's results mean to the
+//! rest of the hub. A staged webhook crosses its plugins when first claimed;
+//! a final result updates the message's delivery state, keeps the
+//! receiver's answer, applies a `chat_accepted`/`chat_updated` reply to the
+//! chat, and is itself an event (`*.delivery_result`) plugins may watch.
+
+use serde_json::json;
+
+use crate::clock::now_ms;
+use crate::core::conversations::Conversations;
+use crate::core::webhooks::{self, reply};
+use crate::delivery::{BoxFuture, Final, Finisher, Staged};
+use crate::event::{Direction, Event, EventKind};
+use crate::pipeline::{Verdict, record_effects};
+use crate::store::chats::{
+    ContactUpdate, integration_of, set_client_contact, set_integration, set_message_delivery,
+};
+use crate::store::events::insert_event;
+use crate::store::outbox::{finish, set_response, unstage};
+use crate::store::{Chat, Claimed, DeliveryState, OutboxState, RowKind, StoreError};
+
+impl Finisher for Conversations {
+    fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>> {
+        Box::pin(async move {
+            let Some(event) = self.store.event_by_id(&row.event_id).await? else {
+                return Ok(Staged::Done(Final::NotSent(
+                    "the event behind this delivery is gone".to_owned(),
+                )));
+            };
+            let original = event.payload.clone();
+            let mut routed = self.pipeline.run(event).await;
+            let mut w = self.store.begin_write().await?;
+            record_effects(
+                &mut w.tx,
+                &routed.event,
+                &routed.forwards,
+                &routed.kv_writes,
+                now_ms(),
+            )
+            .await?;
+            let staged = match routed.verdict {
+                Verdict::Continue => {
+                    webhooks::keep_order_fields(&original, &mut routed.event.payload);
+                    let body = routed.event.payload.to_string();
+                    unstage(&mut w.tx, &row.id, &body).await?;
+                    Staged::Send { body }
+                }
+                Verdict::Drop(reason) => {
+                    Staged::Done(Final::NotSent(format!("dropped by {reason}")))
+                }
+                // A plugin answered in the receiver's place.
+                Verdict::Reply(answer) => Staged::Done(Final::Delivered {
+                    answer: Some(answer.to_string()),
+                }),
+                Verdict::Reject(reason) => Staged::Done(Final::Failed(reason)),
+            };
+            w.commit().await?;
+            if !routed.forwards.is_empty() {
+                self.kick.kick();
+            }
+            Ok(staged)
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        row: &'a Claimed,
+        result: &'a Final,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (state, outbox_state, error, answer) = match result {
+                Final::Delivered { answer } => (
+                    DeliveryState::Delivered,
+                    OutboxState::Delivered,
+                    None,
+                    answer.as_deref(),
+                ),
+                Final::Failed(reason) => (
+                    DeliveryState::Failed,
+                    OutboxState::Failed,
+                    Some(reason.as_str()),
+                    None,
+                ),
+                Final::NotSent(reason) => (
+                    DeliveryState::Failed,
+                    OutboxState::Dropped,
+                    Some(reason.as_str()),
+                    None,
+                ),
+            };
+            let chat = match row.chat_id {
+                Some(id) => self.store.chat_by_id(id).await?,
+                None => None,
+            };
+            let row_kind = row.row_kind();
+            let webhook = row_kind.is_webhook();
+            let kind = match row_kind {
+                RowKind::Forward => EventKind::FORWARD_RESULT,
+                RowKind::EventWebhook | RowKind::CrmWebhook => EventKind::WEBHOOK_RESULT,
+                RowKind::ChannelMessage => EventKind::DELIVERY_RESULT,
+            };
+            let mut payload = json!({
+                "delivery_id": row.id,
+                "event_id": row.event_id,
+                "message_id": row.message_id,
+                "state": outbox_state.as_str(),
+                "error": error,
+            });
+            if webhook {
+                payload["kind"] = json!(row.kind);
+                payload["answer"] = json!(answer);
+            }
+            let mut event = Event::new(kind, Direction::In, payload.clone());
+            event.channel_id = chat.as_ref().map(|c| c.channel_id);
+            event.chat_id = row.chat_id;
+            // The result is a fact: plugins may watch and forward it, not change it.
+            let routed = self.pipeline.run(event.clone()).await;
+            let integration = match (answer, &chat) {
+                (Some(answer), Some(chat))
+                    if matches!(
+                        row.kind.as_str(),
+                        "webhook.chat_accepted" | "webhook.chat_updated"
+                    ) =>
+                {
+                    reply::read(answer, reply::host_of(&row.target_url), self.safe_url)
+                        .map(|r| (chat, r))
+                }
+                _ => None,
+            };
+            let now = now_ms();
+            let mut w = self.store.begin_write().await?;
+            finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
+            if let Some(answer) = answer {
+                set_response(&mut w.tx, &row.id, answer).await?;
+            }
+            if let Some(message_id) = row.message_id {
+                set_message_delivery(&mut w.tx, message_id, state, error).await?;
+            }
+            let shown = match &integration {
+                Some((chat, read)) => {
+                    // Operators find what was left out on the delivery itself.
+                    for skipped in &read.skipped {
+                        crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string())
+                            .await?;
+                    }
+                    Some(apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?)
+                }
+                None => None,
+            };
+            insert_event(&mut w.tx, &event).await?;
+            record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
+            w.commit().await?;
+            // Logged and counted once committed, so a retried finish counts once.
+            if let Some((_, read)) = &integration {
+                let event_name = row
+                    .kind
+                    .strip_prefix(webhooks::EVENT_PREFIX)
+                    .unwrap_or(&row.kind);
+                for skipped in &read.skipped {
+                    tracing::warn!(
+                        delivery = %row.id,
+                        event = event_name,
+                        field = %skipped.path,
+                        problem = %skipped.problem,
+                        "left out a malformed field of a webhook reply"
+                    );
+                    self.reply_skips.count(event_name, skipped.field);
+                }
+            }
+            if !routed.forwards.is_empty() {
+                self.kick.kick();
+            }
+            if let (Some(chat), Some(_)) = (&chat, row.message_id) {
+                self.publish(chat, "message.delivery", payload);
+            }
+            if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
+                self.publish(chat, "chat.integration", json!({ "integration": shown }));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Merges what a reply showed into the chat's integration data, and applies
+/// its contact details to the client as if the visitor had given them.
+async fn apply_integration(
+    conn: &mut crate::store::Conn,
+    chat: &Chat,
+    newer: reply::Integration,
+    now: i64,
+) -> Result<reply::Integration, StoreError> {
+    let mut shown: reply::Integration = integration_of(conn, chat.id).await?.unwrap_or_default();
+    if let Some(contact) = &newer.contact_info {
+        let update = ContactUpdate {
+            name: contact.name.as_deref(),
+            phone: contact.phone.as_deref(),
+            email: contact.email.as_deref(),
+        };
+        set_client_contact(conn, chat.client_id, update, now).await?;
+    }
+    shown.merge(newer);
+    set_integration(conn, chat.id, &shown).await?;
+    Ok(shown)
+}
