@@ -10,6 +10,7 @@ mod channel_ingress;
 mod crm;
 mod delivery;
 mod examples;
+mod layout;
 mod plugins;
 mod process;
 mod webhooks;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::config::{Config, PluginConfig};
 use crate::event::{Direction, Event, EventKind};
 use crate::outbound::HttpSender;
-use crate::pipeline::destinations::Destinations;
 use crate::pipeline::wiring::Wiring;
+use crate::runtime::destinations::Destinations;
 use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
 use crate::store::Store;
 

@@ -6,7 +6,10 @@
 //! How an answer is read: 2xx without an error body is delivered; a 4xx or an
 //! `{"error":…}` body is final; anything else is retried.
 
+mod retry;
 pub mod signing;
+
+pub use retry::RetryPolicy;
 
 use std::convert::Infallible;
 use std::pin::Pin;

@@ -3,7 +3,6 @@
 //! change, drop or answer the event and to forward payloads. Edges and the
 //! core never skip this step.
 
-pub mod destinations;
 mod validate;
 pub mod wiring;
 

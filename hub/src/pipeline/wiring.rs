@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, OnError};
 use crate::outbound::HttpSender;
-use crate::pipeline::destinations::Destinations;
+use crate::runtime::destinations::Destinations;
 use crate::runtime::{Origin, Plugin, Runtime, Services};
 use crate::store::Store;
 

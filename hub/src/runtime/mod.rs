@@ -4,6 +4,7 @@
 mod bindings;
 mod cache;
 mod counters;
+pub mod destinations;
 mod engine;
 mod host;
 mod plugin;

@@ -15,7 +15,7 @@ use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, 
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
 use crate::outbound::HttpSender;
-use crate::pipeline::destinations::{Destination, Destinations};
+use crate::runtime::destinations::{Destination, Destinations};
 use crate::store::Store;
 
 /// What host imports reach: the database (key-value), the destinations and

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 
 use crate::config::DestinationConfig;
-use crate::delivery::RetryPolicy;
+use crate::outbound::RetryPolicy;
 
 /// Outbox rows of forwards name their policy `dest:<destination>`.
 

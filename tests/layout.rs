@@ -1,0 +1,185 @@
+//! The dependency rules of ARCHITECTURE.md, checked on the source: arrows
+//! point down (edges → core → pipeline/runtime/delivery → store/outbound),
+//! only `store/` names sqlx, only `runtime/` names wasmtime, the outbound
+//! client imports nothing of the hub, edges never call other edges, and
+//! `plugin-api` never depends on `hub`.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::repo_root;
+
+/// Every `.rs` file under `dir`, with its text.
+fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source file");
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+fn hub_src() -> PathBuf {
+    repo_root().join("hub/src")
+}
+
+/// The layer a file of `hub/src` belongs to: its first path component.
+fn layer(path: &Path) -> String {
+    let rel = path.strip_prefix(hub_src()).expect("under hub/src");
+    let first = rel
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// Lines of code (comments left out) that mention `needle`.
+fn code_lines<'a>(text: &'a str, needle: &'a str) -> impl Iterator<Item = (usize, &'a str)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .filter(move |(_, l)| l.contains(needle))
+        .map(|(n, l)| (n + 1, l))
+}
+
+/// Layers each layer may import (besides the leaves `clock`, `ids`, `event`).
+fn allowed(layer: &str) -> Option<&'static [&'static str]> {
+    Some(match layer {
+        "http" => &[
+            "http", "core", "pipeline", "runtime", "delivery", "store", "outbound", "config",
+        ],
+        "core" => &[
+            "core", "pipeline", "runtime", "delivery", "store", "outbound", "config",
+        ],
+        // The deliverer reads the current destinations from the wiring.
+        "delivery" => &[
+            "delivery", "pipeline", "runtime", "store", "outbound", "config",
+        ],
+        "pipeline" => &["pipeline", "runtime", "store", "outbound", "config"],
+        "runtime" => &["runtime", "store", "outbound", "config"],
+        "store" => &["store"],
+        "outbound" => &[],
+        "config" => &["config", "outbound"],
+        // The assembler, the CLI and the CLI's plugin tryout see everything.
+        _ => return None,
+    })
+}
+
+#[test]
+fn imports_point_down_the_layers() {
+    let mut wrong = Vec::new();
+    for (path, text) in sources(&hub_src()) {
+        let layer = layer(&path);
+        let Some(allowed) = allowed(&layer) else {
+            continue;
+        };
+        for (n, line) in code_lines(&text, "crate::") {
+            for part in line.split("crate::").skip(1) {
+                let target: String = part
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                let leaf = matches!(target.as_str(), "clock" | "ids" | "event");
+                if !leaf && !allowed.contains(&target.as_str()) {
+                    wrong.push(format!("{}:{n}: {layer} imports {target}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that point up:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn only_store_names_sqlx_and_only_runtime_names_wasmtime() {
+    let mut wrong = Vec::new();
+    for (path, text) in sources(&hub_src()) {
+        let layer = layer(&path);
+        for (crate_name, owner) in [("sqlx", "store"), ("wasmtime", "runtime")] {
+            if layer == owner {
+                continue;
+            }
+            for (n, _) in code_lines(&text, &format!("{crate_name}::")) {
+                wrong.push(format!(
+                    "{}:{n}: {crate_name} outside {owner}/",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn edges_never_call_other_edges() {
+    let edges = ["channel", "agents", "admin", "widget", "metrics"];
+    let mut wrong = Vec::new();
+    for (path, text) in sources(&hub_src().join("http")) {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The router hands each request to its edge; that is not an edge calling one.
+        if path == hub_src().join("http/mod.rs") {
+            continue;
+        }
+        let own = if path.components().any(|c| c.as_os_str() == "agents") {
+            "agents".to_owned()
+        } else {
+            name
+        };
+        for edge in edges.iter().filter(|e| **e != own) {
+            for (n, _) in code_lines(&text, &format!("http::{edge}")) {
+                wrong.push(format!("{}:{n}: calls the {edge} edge", path.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn inbound_actions_are_reached_only_through_the_door() {
+    // The actions are `pub(super)`: only `core` can call them, and inside
+    // `core` only the door dispatches to them.
+    let mut wrong = Vec::new();
+    for (path, text) in sources(&hub_src()) {
+        if layer(&path) == "core" {
+            continue;
+        }
+        for action in [
+            ".customer_message(",
+            ".offline_message(",
+            ".agent_message(",
+            ".link_crm(",
+            ".set_attributes(",
+            ".report_call(",
+        ] {
+            for (n, _) in code_lines(&text, &format!("conversations{action}")) {
+                wrong.push(format!("{}:{n}: bypasses the door", path.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn plugin_api_never_depends_on_the_hub() {
+    let manifest =
+        std::fs::read_to_string(repo_root().join("plugin-api/Cargo.toml")).expect("manifest");
+    assert!(
+        !manifest.lines().any(|l| l.trim_start().starts_with("hub")),
+        "plugin-api/Cargo.toml names hub"
+    );
+}
