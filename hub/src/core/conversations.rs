@@ -345,17 +345,24 @@ impl Conversations {
         webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
+        self.announce(chat_id, "chat.accepted", agent).await
+    }
+
+    /// After an agent changed a chat's state: wakes the deliverer for the
+    /// webhook it queued and tells the agents' streams, with the chat as stored.
+    async fn announce(
+        &self,
+        chat_id: i64,
+        kind: &'static str,
+        agent: &Agent,
+    ) -> Result<Chat, CoreError> {
         self.kick.kick();
         let chat = self
             .store
             .chat_by_id(chat_id)
             .await?
             .ok_or(CoreError::NotFound)?;
-        self.publish(
-            &chat,
-            "chat.accepted",
-            json!({ "chat": chat, "agent_id": agent.id }),
-        );
+        self.publish(&chat, kind, json!({ "chat": chat, "agent_id": agent.id }));
         Ok(chat)
     }
 
@@ -389,18 +396,7 @@ impl Conversations {
         }
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
-        self.kick.kick();
-        let chat = self
-            .store
-            .chat_by_id(chat_id)
-            .await?
-            .ok_or(CoreError::NotFound)?;
-        self.publish(
-            &chat,
-            "chat.closed",
-            json!({ "chat": chat, "agent_id": agent.id }),
-        );
-        Ok(chat)
+        self.announce(chat_id, "chat.closed", agent).await
     }
 
     /// An agent's reply or typing notification: stored and queued for the
