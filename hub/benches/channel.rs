@@ -2,6 +2,12 @@
 //! hyper hello-world under the same load, and agent-message deliveries/s to a
 //! loopback integrator. Run: `cargo bench -p hub --bench channel`.
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32), BENCH_REPLIES (default 2000).
+//!
+//! Black-box mode: `BENCH_ENDPOINT=http://127.0.0.1:8080/<secret>/<public_id>`
+//! drives a running `hub serve` (a channel's customer-message endpoint, as
+//! `hub channel create` prints it) over loopback instead of an in-process
+//! hub, side by side with the same hello-world baseline; operators measure
+//! their own deployment this way. The messages it posts are stored.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -35,18 +41,22 @@ async fn main() {
     let (hello, _) = serve_hello().await;
     let hello_body = |_: usize| Bytes::from_static(b"{}");
     let base = load(hello, "/", conns, duration, &hello_body).await;
+    if let Ok(endpoint) = std::env::var("BENCH_ENDPOINT") {
+        black_box(&endpoint, conns, duration, &base).await;
+        return;
+    }
 
     let dir = tempfile::tempdir().expect("temp dir");
     let (integrator, received) = serve_hello().await;
     let (hub, endpoint_path, token) = start_hub(dir.path(), integrator).await;
-    let ingress_body = |i: usize| {
-        Bytes::from(
-            json!({ "sender": { "id": i % 1000, "name": "Bench" },
-                    "message": { "type": "text", "text": "How much is the premium plan?" } })
-            .to_string(),
-        )
-    };
-    let ingress = load(hub.addr(), &endpoint_path, conns, duration, &ingress_body).await;
+    let ingress = load(
+        hub.addr(),
+        &endpoint_path,
+        conns,
+        duration,
+        &customer_message,
+    )
+    .await;
 
     println!(
         "channel benchmark: {conns} connections, {secs} s per run, 2 cores shared with the load generator"
@@ -64,6 +74,45 @@ async fn main() {
         elapsed.as_secs_f64()
     );
     hub.shutdown().await;
+}
+
+/// The customer messages both modes post: 1000 customers, one short text.
+fn customer_message(i: usize) -> Bytes {
+    Bytes::from(
+        json!({ "sender": { "id": i % 1000, "name": "Bench" },
+                "message": { "type": "text", "text": "How much is the premium plan?" } })
+        .to_string(),
+    )
+}
+
+/// Loads a running hub's customer-message endpoint, next to the baseline.
+async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run) {
+    let Some(rest) = endpoint.strip_prefix("http://") else {
+        eprintln!("BENCH_ENDPOINT must be an http:// URL of a channel endpoint");
+        return;
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let Some(addr) = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        eprintln!("cannot resolve {authority}");
+        return;
+    };
+    let ingress = load(addr, path, conns, duration, &customer_message).await;
+    println!(
+        "channel benchmark, black box: {conns} connections, {} s per run, against {endpoint}",
+        duration.as_secs()
+    );
+    base.print("hello-world (bare hyper)");
+    ingress.print("customer-message ingress");
+    println!(
+        "ingress / hello-world throughput: {:.1} %",
+        100.0 * ingress.rps() / base.rps()
+    );
 }
 
 struct Run {
