@@ -646,5 +646,43 @@ async fn duplicate_json_keys_are_refused_with_400() {
     )
     .await;
     assert_error("duplicate online", &answer, 400);
+
+    // The CRM API and the widget refuse them too, each in its own dialect.
+    let answer = raw(
+        &office.hub,
+        Method::POST,
+        "/agent/v1/crm/tags",
+        Some(&office.ann.token),
+        r#"{"title":"vip","title":"VIP"}"#,
+    )
+    .await;
+    assert_error("duplicate CRM title", &answer, 400);
+    let (_, tags) = office.ann.get("/agent/v1/crm/tags").await;
+    assert!(
+        !tags.to_string().contains("vip") && !tags.to_string().contains("VIP"),
+        "a tag was created: {tags}"
+    );
+    let (status, answer) = raw(
+        &office.hub,
+        Method::POST,
+        &format!("/widget/v1/{}/offline-messages", office.web.public_id),
+        None,
+        r#"{"email":"eve@example.com","message":"a","message":"b"}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["result"], "fail", "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#"duplicate key "message""#)),
+        "{answer}"
+    );
+    let (_, listed) = office.ann.get("/agent/v1/chats?state=all").await;
+    assert_eq!(
+        listed["chats"].as_array().map(Vec::len),
+        Some(1),
+        "an offline chat was opened: {listed}"
+    );
     office.hub.shutdown().await;
 }

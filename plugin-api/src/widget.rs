@@ -48,8 +48,10 @@ pub struct ContactInfoReading {
     pub description: Option<String>,
 }
 
-/// The argument of `sendOfflineMessage`.
+/// The argument of `sendOfflineMessage` (the widget's offline form); a field
+/// it does not know is refused, so nothing the visitor sent is silently lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OfflineMessageInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

@@ -27,7 +27,7 @@ use crate::store::events::insert_event;
 use crate::store::outbox::enqueue;
 use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Client, DeliveryState, MessageRow, NewDelivery, Store,
-    StoreError,
+    StoreError, WriteTx,
 };
 
 /// Why an action was refused; edges map each case to their status codes.
@@ -273,18 +273,11 @@ impl Conversations {
         .map(|_| ())
     }
 
-    /// Logs an event that changes no state, with the forwards its plugins asked for.
-    pub(crate) async fn record_with_forwards(&self, routed: &Routed) -> Result<(), CoreError> {
+    /// Records an event a plugin dropped: it changes no state, but its log
+    /// row and its plugins' forwards and key-value writes are kept.
+    pub(crate) async fn record_dropped(&self, routed: &Routed) -> Result<(), CoreError> {
         let mut w = self.store.begin_write().await?;
-        insert_event(&mut w.tx, &routed.event).await?;
-        record_effects(
-            &mut w.tx,
-            &routed.event,
-            &routed.forwards,
-            &routed.kv_writes,
-            now_ms(),
-        )
-        .await?;
+        record_in(&mut w.tx, routed, now_ms()).await?;
         w.commit().await?;
         if !routed.forwards.is_empty() {
             self.kick.kick();
@@ -320,10 +313,9 @@ impl Conversations {
     pub(super) async fn accept(
         &self,
         agent: &Agent,
-        chat: Chat,
+        chat_id: i64,
         routed: &Routed,
     ) -> Result<Chat, CoreError> {
-        let chat_id = chat.id;
         // Decide on the state read under the write turn, so that two agents
         // accepting at once cannot both win.
         let mut w = self.store.begin_write().await?;
@@ -331,7 +323,9 @@ impl Conversations {
             .await?
             .ok_or(CoreError::NotFound)?;
         match (chat.state, chat.agent_id) {
-            (ChatState::Accepted, Some(id)) if id == agent.id => return Ok(chat),
+            (ChatState::Accepted, Some(id)) if id == agent.id => {
+                return self.unchanged(w, chat, routed).await;
+            }
             (ChatState::Accepted, _) => {
                 return Err(CoreError::Conflict(
                     "the chat was accepted by another agent".into(),
@@ -346,6 +340,22 @@ impl Conversations {
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.announce(chat_id, "chat.accepted", agent).await
+    }
+
+    /// An action that found its work done (accepting a chat one has, closing a
+    /// closed one): nothing changes, but the event is logged like any other.
+    async fn unchanged(
+        &self,
+        mut w: WriteTx<'_>,
+        chat: Chat,
+        routed: &Routed,
+    ) -> Result<Chat, CoreError> {
+        record_in(&mut w.tx, routed, now_ms()).await?;
+        w.commit().await?;
+        if !routed.forwards.is_empty() {
+            self.kick.kick();
+        }
+        Ok(chat)
     }
 
     /// After an agent changed a chat's state: wakes the deliverer for the
@@ -370,16 +380,15 @@ impl Conversations {
     pub(super) async fn close(
         &self,
         agent: &Agent,
-        chat: Chat,
+        chat_id: i64,
         routed: &Routed,
     ) -> Result<Chat, CoreError> {
-        let chat_id = chat.id;
         let mut w = self.store.begin_write().await?;
         let chat = chat_in_tx(&mut w.tx, chat_id)
             .await?
             .ok_or(CoreError::NotFound)?;
         match (chat.state, chat.agent_id) {
-            (ChatState::Closed, _) => return Ok(chat),
+            (ChatState::Closed, _) => return self.unchanged(w, chat, routed).await,
             (ChatState::Accepted, Some(id)) if id != agent.id => {
                 return Err(CoreError::Conflict(
                     "the chat belongs to another agent".into(),

@@ -107,14 +107,16 @@ impl Conversations {
                     .agent_event(agent, chat_id, EventKind::AGENT_ACCEPT, json!({}))
                     .await?;
                 let routed = self.through(event, "accept").await?;
-                self.accept(agent, chat, &routed).await.map(Handled::Chat)
+                self.accept(agent, chat.id, &routed)
+                    .await
+                    .map(Handled::Chat)
             }
             Inbound::Close { agent, chat_id } => {
                 let (chat, event) = self
                     .agent_event(agent, chat_id, EventKind::AGENT_CLOSE, json!({}))
                     .await?;
                 let routed = self.through(event, "close").await?;
-                self.close(agent, chat, &routed).await.map(Handled::Chat)
+                self.close(agent, chat.id, &routed).await.map(Handled::Chat)
             }
             Inbound::LinkCrm { agent, chat_id } => {
                 let (chat, event) = self
@@ -136,11 +138,7 @@ impl Conversations {
                 // A plugin may have changed them (say, masked a value).
                 let changes = match routed.event.payload.get("attributes") {
                     Some(Value::Object(m)) => m.clone(),
-                    _ => {
-                        return Err(CoreError::Unavailable(
-                            "a plugin left no attributes object".into(),
-                        ));
-                    }
+                    _ => return Err(plugin_fault("a plugin left no attributes object".into())),
                 };
                 self.set_attributes(chat, changes, &routed)
                     .await
@@ -160,7 +158,7 @@ impl Conversations {
                 let routed = self.through(event, "call").await?;
                 let report = match routed.event.payload.get("call") {
                     Some(call) if routed.changed => CallReport::from_json(call).map_err(|e| {
-                        CoreError::Unavailable(format!("a plugin changed the call report: {e}"))
+                        plugin_fault(format!("a plugin changed the call report: {e}"))
                     })?,
                     _ => report,
                 };
@@ -214,12 +212,19 @@ impl Conversations {
             Verdict::Drop(ref reason) => {
                 tracing::info!(%reason, "{what} dropped by a plugin");
                 let reason = reason.clone();
-                self.record_with_forwards(&routed).await?;
+                self.record_dropped(&routed).await?;
                 Ok(Passage::Dropped(reason))
             }
             Verdict::Continue | Verdict::Reply(_) => Ok(Passage::Through(Box::new(routed))),
         }
     }
+}
+
+/// A plugin left an event the action cannot use: logged here, where the
+/// reason is known; the client gets the generic 503.
+fn plugin_fault(reason: String) -> CoreError {
+    tracing::warn!(%reason, "action refused: a plugin's output is unusable");
+    CoreError::Unavailable(reason)
 }
 
 fn agent_json(agent: &Agent) -> Value {

@@ -4,7 +4,6 @@
 use plugin_api::channel::{CustomerSender, Message, Text};
 use plugin_api::lenient::ExternalId;
 use plugin_api::widget::{OfflineMessageEvent, OfflineMessageInput};
-use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::clock::now_ms;
@@ -19,33 +18,6 @@ use crate::store::chats::{
 use crate::store::events::insert_event;
 use crate::store::offline::{self as offline_messages, NewOfflineMessage};
 use crate::store::{Author, Channel, ChatState};
-
-/// The offline form, as `sendOfflineMessage` takes it; unknown fields are refused.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OfflineForm {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub email: Option<String>,
-    #[serde(default)]
-    pub phone: Option<String>,
-    #[serde(default)]
-    pub description: Option<String>,
-    pub message: String,
-}
-
-impl From<OfflineForm> for OfflineMessageInput {
-    fn from(f: OfflineForm) -> Self {
-        OfflineMessageInput {
-            name: f.name,
-            email: f.email,
-            phone: f.phone,
-            description: f.description,
-            message: f.message,
-        }
-    }
-}
 
 /// What became of an offline message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ impl Finisher for Conversations {
                     "the event behind this delivery is gone".to_owned(),
                 )));
             };
-            let original = event.payload.clone();
+            let order = webhooks::OrderFields::of(&event.payload);
             let mut routed = self.pipeline.run(event).await;
             let mut w = self.store.begin_write().await?;
             record_effects(
@@ -40,7 +40,9 @@ impl Finisher for Conversations {
             .await?;
             let staged = match routed.verdict {
                 Verdict::Continue => {
-                    webhooks::keep_order_fields(&original, &mut routed.event.payload);
+                    if routed.changed {
+                        order.restore(&mut routed.event.payload);
+                    }
                     let body = routed.event.payload.to_string();
                     unstage(&mut w.tx, &row.id, &body).await?;
                     Staged::Send { body }

@@ -14,7 +14,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-pub use policy::{POLICY_CHANNEL, POLICY_TYPING, Policies, RetryPolicy};
+pub use policy::Policies;
 
 use crate::clock::now_ms;
 use crate::outbound::signing::{self, Secret};

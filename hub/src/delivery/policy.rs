@@ -6,7 +6,7 @@ use std::time::Duration;
 pub use crate::outbound::RetryPolicy;
 
 use crate::config::{DeliveryConfig, WebhooksConfig};
-pub use crate::store::outbox::{POLICY_CHANNEL, POLICY_TYPING};
+use crate::store::outbox::{POLICY_CHANNEL, POLICY_TYPING};
 use crate::store::outbox::{POLICY_WEBHOOK as POLICY_ASYNC, POLICY_WEBHOOK_SYNC as POLICY_SYNC};
 
 #[derive(Debug, Clone)]

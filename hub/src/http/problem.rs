@@ -60,18 +60,16 @@ impl Problem {
     }
 
     /// A core failure. `not_found` names what was missing. A refusal by a
-    /// plugin and a storage fault are logged here with `what`, and answered
-    /// with the generic 503: a plugin's error text may hold its config, and a
-    /// database error is nobody's business but the operator's.
+    /// plugin (logged by the core where it happened) and a storage fault
+    /// (logged here with `what`) are answered with the generic 503: a
+    /// plugin's error text may hold its config, and a database error is
+    /// nobody's business but the operator's.
     pub fn core(e: CoreError, not_found: &str, what: &str) -> Problem {
         match e {
             CoreError::NotFound => Problem::not_found(not_found),
             CoreError::Conflict(m) => Problem::new(StatusCode::CONFLICT, "conflict", m),
             CoreError::Invalid(m) => Problem::invalid(m),
-            CoreError::Unavailable(reason) => {
-                tracing::warn!(%reason, "{what} refused by a plugin");
-                Problem::unavailable()
-            }
+            CoreError::Unavailable(_) => Problem::unavailable(),
             CoreError::Store(e) => {
                 tracing::error!(error = %e, "{what} failed");
                 Problem::unavailable()

@@ -5,11 +5,12 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::core::offline::{OfflineForm, OfflineOutcome};
+use crate::core::offline::OfflineOutcome;
 use crate::core::{Handled, Inbound};
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, json, method_not_allowed, parse_json, read_body};
+use plugin_api::widget::OfflineMessageInput;
 
 /// Routes `/widget/v1/<public_id>/...`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -39,7 +40,7 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
         Ok(b) => b,
         Err(e) => return Problem::body(&e).answer(Dialect::Widget),
     };
-    let form: OfflineForm = match parse_json(&body) {
+    let form: OfflineMessageInput = match parse_json(&body) {
         Ok(f) => f,
         Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
     };
@@ -47,7 +48,7 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
         .conversations
         .handle(Inbound::OfflineMessage {
             channel: &channel,
-            form: form.into(),
+            form,
         })
         .await;
     match done {

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, Store, StoreError};
-use crate::clock::now_ms;
 
 impl Store {
     pub async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<String>, StoreError> {
@@ -19,21 +18,6 @@ impl Store {
         row.map(|r| r.try_get::<String, _>("value"))
             .transpose()
             .ctx("reading a plugin key")
-    }
-
-    /// Applies one call's writes in a transaction of their own (`hub plugin
-    /// test`, which has no event to commit them with).
-    pub async fn kv_apply(
-        &self,
-        plugin: &str,
-        writes: &BTreeMap<String, Option<String>>,
-    ) -> Result<(), StoreError> {
-        if writes.is_empty() {
-            return Ok(());
-        }
-        let mut w = self.begin_write().await?;
-        apply(&mut w.tx, plugin, writes, now_ms()).await?;
-        w.commit().await
     }
 }
 

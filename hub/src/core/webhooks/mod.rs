@@ -50,15 +50,24 @@ pub struct Outgoing {
 pub const SEQUENCE_FIELD: &str = "sequence";
 pub const TIME_FIELD: &str = "event_ts";
 
-/// Puts the order fields of `original` back into a payload plugins changed:
-/// a plugin may change what a webhook says, not where it stands in order.
-pub fn keep_order_fields(original: &Value, changed: &mut Value) {
-    if let (Some(from), Some(to)) = (original.as_object(), changed.as_object_mut()) {
-        for field in [SEQUENCE_FIELD, TIME_FIELD] {
-            match from.get(field) {
-                Some(v) => to.insert(field.to_owned(), v.clone()),
-                None => to.remove(field),
-            };
+/// A webhook's order fields, as queued.
+pub struct OrderFields([Option<Value>; 2]);
+
+impl OrderFields {
+    pub fn of(payload: &Value) -> OrderFields {
+        OrderFields([SEQUENCE_FIELD, TIME_FIELD].map(|f| payload.get(f).cloned()))
+    }
+
+    /// Puts them back into a payload plugins changed: a plugin may change
+    /// what a webhook says, not where it stands in order.
+    pub fn restore(self, changed: &mut Value) {
+        if let Some(to) = changed.as_object_mut() {
+            for (field, value) in [SEQUENCE_FIELD, TIME_FIELD].into_iter().zip(self.0) {
+                match value {
+                    Some(v) => to.insert(field.to_owned(), v),
+                    None => to.remove(field),
+                };
+            }
         }
     }
 }
@@ -237,4 +246,22 @@ pub async fn queue_chat_event(
         WebhookEvent::ChatUpdated(body)
     };
     queue_event(conn, channel_id, Some(chat_id), event, now).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_plugin_cannot_move_a_webhook_in_the_order() {
+        let queued = json!({ "event_name": "client_updated", "sequence": 7, "event_ts": 1700 });
+        let order = OrderFields::of(&queued);
+        let mut changed = json!({ "event_name": "client_updated", "sequence": 99, "note": "x" });
+        order.restore(&mut changed);
+        assert_eq!(
+            changed,
+            json!({ "event_name": "client_updated", "sequence": 7, "note": "x", "event_ts": 1700 })
+        );
+    }
 }
