@@ -133,10 +133,10 @@ async fn bench() {
     let tasks = env_or("BENCH_TASKS", 2).max(1) as usize;
     let plugins = plugins_dir();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&format!(
-        "sqlite://{}",
-        tmp.path().join("bench.db").display()
-    ))
+    let store = Store::open(
+        &format!("sqlite://{}", tmp.path().join("bench.db").display()),
+        hub::store::Durability::Normal,
+    )
     .await
     .expect("store");
     create_channel(

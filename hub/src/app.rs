@@ -19,7 +19,7 @@ use crate::outbound::{HttpSender, TlsSetupError};
 use crate::pipeline::Pipeline;
 use crate::pipeline::wiring::{Wiring, WiringHandle};
 use crate::runtime::{Runtime, RuntimeError};
-use crate::store::{Store, StoreError};
+use crate::store::{Durability, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -156,10 +156,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     start_on(listener, config).await
 }
 
+/// Opens the configured database with the configured durability.
+pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store, StoreError> {
+    let durability = match storage.durability {
+        crate::config::Durability::Full => Durability::Full,
+        crate::config::Durability::Normal => Durability::Normal,
+    };
+    Store::open(&storage.url, durability).await
+}
+
 /// Starts the hub on a listener the caller bound (tests bind port 0 and
 /// know the address before the hub starts); `[server] listen` is not used.
 pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
-    let store = Store::open(&config.storage.url).await?;
+    let store = open_store(&config.storage).await?;
     // One instance per database (until the PostgreSQL work): every lease left
     // in it belongs to a process that is gone.
     let reclaimed = store.reclaim_leases().await?;

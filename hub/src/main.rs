@@ -303,7 +303,7 @@ async fn wait_for_stop_signal() -> Result<()> {
 }
 
 async fn open_store(config: &Config) -> Result<Store> {
-    Store::open(&config.storage.url)
+    hub::app::open_store(&config.storage)
         .await
         .with_context(|| format!("opening {}", config.storage.url))
 }

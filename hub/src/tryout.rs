@@ -13,7 +13,7 @@ use crate::outbound::HttpSender;
 use crate::pipeline::wiring::Wiring;
 use crate::runtime::destinations::Destinations;
 use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
-use crate::store::Store;
+use crate::store::{Durability, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TryoutError {
@@ -37,7 +37,7 @@ impl Scratch {
         let mut bytes = [0u8; 8];
         getrandom::fill(&mut bytes).map_err(|e| TryoutError::Setup(e.to_string()))?;
         let path = std::env::temp_dir().join(format!("hub-scratch-{}.db", hex::encode(bytes)));
-        let store = Store::open(&format!("sqlite://{}", path.display()))
+        let store = Store::open(&format!("sqlite://{}", path.display()), Durability::Normal)
             .await
             .map_err(|e| TryoutError::Setup(format!("scratch database: {e}")))?;
         Ok(Scratch { store, path })

@@ -113,6 +113,19 @@ pub struct StorageConfig {
     /// `sqlite://path/to/file.db` (created if missing) or, later, `postgres://…`.
     #[serde(default = "default_database_url")]
     pub url: String,
+    /// What a 200 means (SQLite): `full` fsyncs every commit (survives power
+    /// loss), `normal` survives a crash of the hub but not of the machine.
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+/// `[storage] durability`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    #[default]
+    Full,
+    Normal,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -195,6 +208,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             url: default_database_url(),
+            durability: Durability::Full,
         }
     }
 }

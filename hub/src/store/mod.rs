@@ -11,18 +11,19 @@ pub mod kv;
 pub mod offline;
 pub mod outbox;
 pub mod webhooks;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::{Any, AnyPool, Executor, Transaction};
-use tokio::sync::{Mutex, MutexGuard};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Transaction};
 
 pub use agents::{Agent, NewAgent};
 pub use channels::{Channel, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
 pub use outbox::{Claimed, NewDelivery, OutboxState, Retry, RowKind};
+pub use writer::Durability;
 
 /// The connection a write transaction hands to store functions
 /// (`&mut w.tx` of a [`WriteTx`]) and every store function takes. Code outside
@@ -56,6 +57,9 @@ pub enum StoreError {
     },
     #[error("stored data is malformed: {0}")]
     Corrupt(String),
+    /// The group commit that held this transaction failed.
+    #[error("the write was not committed: {0}")]
+    Commit(String),
 }
 
 /// Attaches context to sqlx errors: `.ctx("inserting a message")?`.
@@ -78,23 +82,55 @@ pub enum Backend {
 /// Shared handle to the database.
 #[derive(Clone)]
 pub struct Store {
+    /// Readers (and, on PostgreSQL, writers).
     pool: AnyPool,
     backend: Backend,
-    /// SQLite allows one writer; taking turns in-process avoids `SQLITE_BUSY`
-    /// on transactions that read before they write.
-    write_turn: Option<Arc<Mutex<()>>>,
+    /// SQLite's one writer connection with its group commit.
+    writer: Option<Arc<writer::Group>>,
 }
 
-/// A write transaction; on SQLite it also holds the process's write turn.
+/// A write transaction: [`tx`](WriteTx::tx) is the connection store
+/// functions take; [`commit`](WriteTx::commit) returns once the write is
+/// durable; dropped without commit, nothing of it happened.
 pub struct WriteTx<'a> {
-    // Field order matters: the transaction must end before the turn is released.
-    pub tx: Transaction<'a, Any>,
-    _turn: Option<MutexGuard<'a, ()>>,
+    pub tx: TxConn<'a>,
+}
+
+/// The connection of a write transaction (derefs to [`Conn`]).
+pub struct TxConn<'a>(TxInner<'a>);
+
+enum TxInner<'a> {
+    /// SQLite: a savepoint in the group's shared transaction.
+    Shared(writer::SharedTx<'a>),
+    /// PostgreSQL: a transaction of its own.
+    Own(Transaction<'static, Any>),
+}
+
+impl std::ops::Deref for TxConn<'_> {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        match &self.0 {
+            TxInner::Shared(tx) => tx.conn_ref(),
+            TxInner::Own(tx) => tx,
+        }
+    }
+}
+
+impl std::ops::DerefMut for TxConn<'_> {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match &mut self.0 {
+            TxInner::Shared(tx) => tx.conn(),
+            TxInner::Own(tx) => tx,
+        }
+    }
 }
 
 impl WriteTx<'_> {
     pub async fn commit(self) -> Result<(), StoreError> {
-        self.tx.commit().await.ctx("committing")
+        match self.tx.0 {
+            TxInner::Shared(tx) => tx.commit().await,
+            TxInner::Own(tx) => tx.commit().await.ctx("committing"),
+        }
     }
 }
 
@@ -116,8 +152,9 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
 ];
 
 impl Store {
-    /// Opens (creating if needed) the database at `url` and applies pending migrations.
-    pub async fn open(url: &str) -> Result<Store, StoreError> {
+    /// Opens (creating if needed) the database at `url` and applies pending
+    /// migrations; on SQLite, `durability` sets what a commit waits for.
+    pub async fn open(url: &str, durability: Durability) -> Result<Store, StoreError> {
         install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -134,11 +171,7 @@ impl Store {
         if backend == Backend::Sqlite {
             options = options.after_connect(|conn, _| {
                 Box::pin(async move {
-                    conn.execute(
-                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                         PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;",
-                    )
-                    .await?;
+                    conn.execute(SQLITE_PRAGMAS).await?;
                     Ok(())
                 })
             });
@@ -147,10 +180,14 @@ impl Store {
             .connect(&url)
             .await
             .ctx("connecting to the database")?;
+        let writer = match backend {
+            Backend::Sqlite => Some(open_writer(&url, durability).await?),
+            Backend::Postgres => None,
+        };
         let store = Store {
             pool,
             backend,
-            write_turn: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
+            writer,
         };
         store.migrate().await?;
         Ok(store)
@@ -161,15 +198,16 @@ impl Store {
     #[cfg(test)]
     async fn open_at(url: &str, upto: i64) -> Result<Store, StoreError> {
         install_default_drivers();
+        let url = prepare_sqlite_url(url)?;
         let pool = AnyPoolOptions::new()
             .max_connections(1)
-            .connect(&prepare_sqlite_url(url)?)
+            .connect(&url)
             .await
             .ctx("connecting to the database")?;
         let store = Store {
             pool,
             backend: Backend::Sqlite,
-            write_turn: Some(Arc::new(Mutex::new(()))),
+            writer: Some(open_writer(&url, Durability::Normal).await?),
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
             .iter()
@@ -190,12 +228,11 @@ impl Store {
 
     /// Starts a transaction that will write.
     pub async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
-        let turn = match &self.write_turn {
-            Some(m) => Some(m.lock().await),
-            None => None,
+        let inner = match &self.writer {
+            Some(group) => TxInner::Shared(group.begin().await?),
+            None => TxInner::Own(self.pool.begin().await.ctx("starting a transaction")?),
         };
-        let tx = self.pool.begin().await.ctx("starting a transaction")?;
-        Ok(WriteTx { tx, _turn: turn })
+        Ok(WriteTx { tx: TxConn(inner) })
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -275,8 +312,29 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        if let Some(group) = &self.writer {
+            group.close().await;
+        }
         self.pool.close().await;
     }
+}
+
+/// Settings of every SQLite connection; the writer adds its durability.
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;";
+
+/// SQLite's writer connection, with the group commit around it.
+async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Group>, StoreError> {
+    let mut conn = AnyConnection::connect(url)
+        .await
+        .ctx("connecting to the database")?;
+    conn.execute(SQLITE_PRAGMAS)
+        .await
+        .ctx("setting up the database connection")?;
+    conn.execute(durability.pragma())
+        .await
+        .ctx("setting the durability")?;
+    Ok(writer::Group::start(conn))
 }
 
 /// Makes sure the SQLite file's directory exists and that the file is created.
@@ -339,7 +397,9 @@ mod tests {
             .expect("client");
         }
         old.close().await;
-        let store = Store::open(&url).await.expect("migrated");
+        let store = Store::open(&url, Durability::Normal)
+            .await
+            .expect("migrated");
         let numbers: Vec<(String, i64)> = sqlx::query_as(
             "SELECT external_key, visitor_number FROM clients ORDER BY visitor_number",
         )
