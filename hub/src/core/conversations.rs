@@ -14,16 +14,15 @@ use uuid::Uuid;
 
 use crate::clock::now_ms;
 use crate::core::door::Passage;
+use crate::core::ingress::{IngressWriter, Job, Written};
 use crate::core::live::{Live, LiveEvent};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
-use crate::store::chats::{
-    NewMessage, chat_in_tx, client_by_key, insert_chat, insert_message, live_chat_of_client,
-    set_chat_state, upsert_client,
-};
+use crate::store::chats::{NewMessage, chat_in_tx, insert_message, set_chat_state};
 use crate::store::events::insert_event;
+use crate::store::ingress::{CustomerWrite, CustomerWritten};
 use crate::store::outbox::enqueue;
 use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Client, DeliveryState, MessageRow, NewDelivery, Store,
@@ -62,6 +61,8 @@ pub struct Conversations {
     pub(super) safe_url: bool,
     /// Malformed reply fields left out, for `/metrics`.
     pub(super) reply_skips: reply::SkippedCounts,
+    /// Where customer messages are stored, in batches.
+    ingress: IngressWriter,
 }
 
 impl Conversations {
@@ -79,6 +80,7 @@ impl Conversations {
             kick,
             safe_url,
             reply_skips: reply::SkippedCounts::default(),
+            ingress: IngressWriter::default(),
         })
     }
 
@@ -136,65 +138,36 @@ impl Conversations {
         } else {
             message
         };
-        let mut event = routed.event;
-        let now = now_ms();
-        let mut w = self.store.begin_write().await?;
-        let before = client_by_key(&mut w.tx, channel.id, &message.sender).await?;
-        let client = upsert_client(&mut w.tx, channel.id, &message.sender, now).await?;
-        let visitor_changed = before.is_some_and(|b| {
-            (b.name.as_deref(), b.phone.as_deref(), b.email.as_deref())
-                != (
-                    client.name.as_deref(),
-                    client.phone.as_deref(),
-                    client.email.as_deref(),
-                )
-        });
-        let existing = live_chat_of_client(&mut w.tx, client.id).await?;
+        let has_forwards = !routed.forwards.is_empty();
         let typing = message.message.is_typing();
-        let (chat, opened) = match existing {
-            Some(chat) => (Some(chat), false),
-            None if typing => (None, false),
-            None => (
-                Some(insert_chat(&mut w.tx, channel.id, client.id, now).await?),
-                true,
-            ),
+        let body = if typing {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&message.message)
+                    .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?,
+            )
         };
-        let stored = match (&chat, typing) {
-            (Some(chat), false) => {
-                let body = serde_json::to_value(&message.message)
-                    .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
-                Some(
-                    insert_message(
-                        &mut w.tx,
-                        NewMessage {
-                            uid: &Uuid::now_v7().to_string(),
-                            chat_id: chat.id,
-                            author: Author::Client,
-                            agent_id: None,
-                            body: &body,
-                            delivery: None,
-                            now,
-                        },
-                    )
-                    .await?,
-                )
-            }
-            _ => None,
+        let write = CustomerWrite {
+            channel_id: channel.id,
+            sender: message.sender,
+            body,
+            uid: Uuid::now_v7().to_string(),
+            event: routed.event,
+            now: now_ms(),
         };
-        event.chat_id = chat.as_ref().map(|c| c.id);
-        insert_event(&mut w.tx, &event).await?;
-        record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
-        let updated = match &chat {
-            Some(chat) if visitor_changed && !opened => {
-                webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
-                true
-            }
-            _ => false,
-        };
-        w.commit().await?;
-        if !routed.forwards.is_empty() || updated {
+        let job = Job::new(write, routed.forwards, routed.kv_writes);
+        let Written { written, updated } = self.ingress.write(&self.store, job).await?;
+        if has_forwards || updated {
             self.kick.kick();
         }
+        let CustomerWritten {
+            client,
+            chat,
+            opened,
+            message: stored,
+            ..
+        } = written;
 
         if let Some(chat) = &chat {
             if opened {

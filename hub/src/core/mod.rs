@@ -6,6 +6,7 @@
 
 pub mod conversations;
 pub mod door;
+mod ingress;
 pub mod integration;
 pub mod live;
 pub mod offline;

@@ -149,7 +149,7 @@ pub struct MessageRow {
     pub created_at: i64,
 }
 
-const CLIENT_COLUMNS: &str =
+pub(super) const CLIENT_COLUMNS: &str =
     "id, channel_id, external_id_json, name, phone, email, photo, url, invite, visitor_number";
 
 /// The visitor number a client inserted now takes: the site's sequence plus
@@ -157,62 +157,80 @@ const CLIENT_COLUMNS: &str =
 /// so an upsert that updates burns no number).
 pub(crate) const NEXT_VISITOR_NUMBER: &str =
     "(SELECT value + 1 FROM counters WHERE name = 'visitor_number')";
-const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
+pub(super) const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
      closed_at, last_message_at";
-const MESSAGE_COLUMNS: &str =
+pub(super) const MESSAGE_COLUMNS: &str =
     "id, uid, chat_id, author, agent_id, body, delivery_state, delivery_error, created_at";
 
-fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
-    let json: String = row.try_get("external_id_json").ctx("reading a client")?;
+// The readers take columns by position, from `base` on, in the order of the
+// `*_COLUMNS` lists: a join can then read several entities from one row.
+
+pub(super) fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
+    client_at(row, 0)
+}
+
+pub(super) fn client_at(row: &AnyRow, base: usize) -> Result<Client, StoreError> {
+    let get = |i: usize| base + i;
+    let json: String = row.try_get(get(2)).ctx("reading a client")?;
     let external_id = serde_json::from_str(&json)
         .map_err(|e| StoreError::Corrupt(format!("client external id: {e}")))?;
     Ok(Client {
-        id: row.try_get("id").ctx("reading a client")?,
-        channel_id: row.try_get("channel_id").ctx("reading a client")?,
+        id: row.try_get(get(0)).ctx("reading a client")?,
+        channel_id: row.try_get(get(1)).ctx("reading a client")?,
         external_id,
-        name: row.try_get("name").ctx("reading a client")?,
-        phone: row.try_get("phone").ctx("reading a client")?,
-        email: row.try_get("email").ctx("reading a client")?,
-        photo: row.try_get("photo").ctx("reading a client")?,
-        url: row.try_get("url").ctx("reading a client")?,
-        invite: row.try_get("invite").ctx("reading a client")?,
+        name: row.try_get(get(3)).ctx("reading a client")?,
+        phone: row.try_get(get(4)).ctx("reading a client")?,
+        email: row.try_get(get(5)).ctx("reading a client")?,
+        photo: row.try_get(get(6)).ctx("reading a client")?,
+        url: row.try_get(get(7)).ctx("reading a client")?,
+        invite: row.try_get(get(8)).ctx("reading a client")?,
         visitor_number: row
-            .try_get::<Option<i64>, _>("visitor_number")
+            .try_get::<Option<i64>, _>(get(9))
             .ctx("reading a client")?
             .unwrap_or_default(),
     })
 }
 
-fn chat_from_row(row: &AnyRow) -> Result<Chat, StoreError> {
-    let state: String = row.try_get("state").ctx("reading a chat")?;
+pub(super) fn chat_from_row(row: &AnyRow) -> Result<Chat, StoreError> {
+    chat_at(row, 0)
+}
+
+pub(super) fn chat_at(row: &AnyRow, base: usize) -> Result<Chat, StoreError> {
+    let get = |i: usize| base + i;
+    let state: String = row.try_get(get(3)).ctx("reading a chat")?;
     Ok(Chat {
-        id: row.try_get("id").ctx("reading a chat")?,
-        channel_id: row.try_get("channel_id").ctx("reading a chat")?,
-        client_id: row.try_get("client_id").ctx("reading a chat")?,
+        id: row.try_get(get(0)).ctx("reading a chat")?,
+        channel_id: row.try_get(get(1)).ctx("reading a chat")?,
+        client_id: row.try_get(get(2)).ctx("reading a chat")?,
         state: ChatState::parse(&state)?,
-        agent_id: row.try_get("agent_id").ctx("reading a chat")?,
-        opened_at: row.try_get("opened_at").ctx("reading a chat")?,
-        accepted_at: row.try_get("accepted_at").ctx("reading a chat")?,
-        closed_at: row.try_get("closed_at").ctx("reading a chat")?,
-        last_message_at: row.try_get("last_message_at").ctx("reading a chat")?,
+        agent_id: row.try_get(get(4)).ctx("reading a chat")?,
+        opened_at: row.try_get(get(5)).ctx("reading a chat")?,
+        accepted_at: row.try_get(get(6)).ctx("reading a chat")?,
+        closed_at: row.try_get(get(7)).ctx("reading a chat")?,
+        last_message_at: row.try_get(get(8)).ctx("reading a chat")?,
     })
 }
 
-fn message_from_row(row: &AnyRow) -> Result<MessageRow, StoreError> {
-    let author: String = row.try_get("author").ctx("reading a message")?;
-    let body: String = row.try_get("body").ctx("reading a message")?;
-    let delivery: Option<String> = row.try_get("delivery_state").ctx("reading a message")?;
+pub(super) fn message_from_row(row: &AnyRow) -> Result<MessageRow, StoreError> {
+    message_at(row, 0)
+}
+
+pub(super) fn message_at(row: &AnyRow, base: usize) -> Result<MessageRow, StoreError> {
+    let get = |i: usize| base + i;
+    let author: String = row.try_get(get(3)).ctx("reading a message")?;
+    let body: String = row.try_get(get(5)).ctx("reading a message")?;
+    let delivery: Option<String> = row.try_get(get(6)).ctx("reading a message")?;
     Ok(MessageRow {
-        id: row.try_get("id").ctx("reading a message")?,
-        uid: row.try_get("uid").ctx("reading a message")?,
-        chat_id: row.try_get("chat_id").ctx("reading a message")?,
+        id: row.try_get(get(0)).ctx("reading a message")?,
+        uid: row.try_get(get(1)).ctx("reading a message")?,
+        chat_id: row.try_get(get(2)).ctx("reading a message")?,
         author: Author::parse(&author)?,
-        agent_id: row.try_get("agent_id").ctx("reading a message")?,
+        agent_id: row.try_get(get(4)).ctx("reading a message")?,
         body: serde_json::from_str(&body)
             .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?,
         delivery: delivery.as_deref().map(DeliveryState::parse).transpose()?,
-        delivery_error: row.try_get("delivery_error").ctx("reading a message")?,
-        created_at: row.try_get("created_at").ctx("reading a message")?,
+        delivery_error: row.try_get(get(7)).ctx("reading a message")?,
+        created_at: row.try_get(get(8)).ctx("reading a message")?,
     })
 }
 
@@ -253,23 +271,6 @@ pub async fn upsert_client(
     .await
     .ctx("saving a client")?;
     client_from_row(&row)
-}
-
-/// The client an integrator's `sender.id` names on a channel, if known yet.
-pub async fn client_by_key(
-    conn: &mut AnyConnection,
-    channel_id: i64,
-    sender: &CustomerSender,
-) -> Result<Option<Client>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {CLIENT_COLUMNS} FROM clients WHERE channel_id = $1 AND external_key = $2"
-    ))
-    .bind(channel_id)
-    .bind(sender.id.as_key())
-    .fetch_optional(conn)
-    .await
-    .ctx("finding a client")?;
-    row.as_ref().map(client_from_row).transpose()
 }
 
 /// What webhook replies showed the agent in a chat (`chats.integration`).
@@ -402,22 +403,6 @@ pub async fn set_client_attributes(
     Ok(())
 }
 
-/// The client's chat on this channel that is not closed yet, if any.
-pub async fn live_chat_of_client(
-    conn: &mut AnyConnection,
-    client_id: i64,
-) -> Result<Option<Chat>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {CHAT_COLUMNS} FROM chats WHERE client_id = $1 AND state <> 'closed' \
-         ORDER BY id DESC LIMIT 1"
-    ))
-    .bind(client_id)
-    .fetch_optional(conn)
-    .await
-    .ctx("finding the client's chat")?;
-    row.as_ref().map(chat_from_row).transpose()
-}
-
 /// A chat read inside a write transaction: on SQLite the caller holds the write
 /// turn, so a decision taken on this state cannot race another writer.
 pub async fn chat_in_tx(
@@ -542,13 +527,17 @@ impl Store {
         channel_id: i64,
         sender: &CustomerSender,
     ) -> Result<Option<i64>, StoreError> {
-        let mut conn = self.pool().acquire().await.ctx("opening a connection")?;
-        let Some(client) = client_by_key(&mut conn, channel_id, sender).await? else {
-            return Ok(None);
-        };
-        Ok(live_chat_of_client(&mut conn, client.id)
-            .await?
-            .map(|c| c.id))
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT h.id FROM chats h JOIN clients c ON h.client_id = c.id \
+             WHERE c.channel_id = $1 AND c.external_key = $2 AND h.state <> 'closed' \
+             ORDER BY h.id DESC LIMIT 1",
+        )
+        .bind(channel_id)
+        .bind(sender.id.as_key())
+        .fetch_optional(self.pool())
+        .await
+        .ctx("finding the sender's chat")?;
+        Ok(row.map(|(id,)| id))
     }
 
     /// What webhook replies showed the agent in a chat, as stored.

@@ -7,6 +7,7 @@ mod channels;
 pub mod chats;
 pub mod crm;
 pub mod events;
+pub mod ingress;
 pub mod kv;
 pub mod offline;
 pub mod outbox;
@@ -125,11 +126,20 @@ impl std::ops::DerefMut for TxConn<'_> {
     }
 }
 
+/// The rest of a commit once the transaction let go of the database.
+pub type Committing = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
 impl WriteTx<'_> {
     pub async fn commit(self) -> Result<(), StoreError> {
+        self.into_commit().await
+    }
+
+    /// Ends the transaction now and returns the wait for its commit, which
+    /// borrows nothing: a writer hands it to another task and goes on.
+    pub fn into_commit(self) -> Committing {
         match self.tx.0 {
-            TxInner::Shared(tx) => tx.commit().await,
-            TxInner::Own(tx) => tx.commit().await.ctx("committing"),
+            TxInner::Shared(tx) => Box::pin(tx.commit()),
+            TxInner::Own(tx) => Box::pin(async move { tx.commit().await.ctx("committing") }),
         }
     }
 }

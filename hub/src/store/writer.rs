@@ -198,18 +198,21 @@ impl SharedTx<'_> {
         &self.writer.conn
     }
 
-    /// Leaves the writer to others and waits for the group commit.
-    pub(super) async fn commit(mut self) -> Result<(), StoreError> {
+    /// Leaves the writer to others; the future resolves with the group
+    /// commit (it borrows nothing, so the wait can move to another task).
+    pub(super) fn commit(mut self) -> impl Future<Output = Result<(), StoreError>> + 'static {
         let (send, receive) = oneshot::channel();
         self.writer.waiters.push(send);
         self.committed = true;
         let group = self.group;
         drop(self);
         group.flush.notify_one();
-        match receive.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Commit(e)),
-            Err(_) => Err(StoreError::Commit("the writer stopped".to_owned())),
+        async move {
+            match receive.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(StoreError::Commit(e)),
+                Err(_) => Err(StoreError::Commit("the writer stopped".to_owned())),
+            }
         }
     }
 }
