@@ -1072,3 +1072,251 @@ async fn duplicate_keys_are_refused_with_400_naming_the_key() {
         .await;
     desk.hub.shutdown().await;
 }
+
+// ------------------------------------------------- concurrent customer messages
+
+/// How many customer requests the concurrency tests keep in flight at once.
+const IN_FLIGHT: usize = 32;
+
+/// Every chat with its view, keyed by the sender's external id (as text);
+/// fails if one sender has two chats.
+async fn chat_per_sender(desk: &Desk) -> std::collections::BTreeMap<String, Value> {
+    let mut by_sender = std::collections::BTreeMap::new();
+    for chat in desk.all_chats().await {
+        let view = desk.agent.chat(id_of(&chat)).await;
+        let sender = match &view["client"]["external_id"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if let Some(earlier) = by_sender.insert(sender.clone(), view) {
+            panic!(
+                "sender {sender} has two chats: {} and {}",
+                earlier["chat"]["id"],
+                id_of(&chat)
+            );
+        }
+    }
+    by_sender
+}
+
+/// The texts of a chat view's messages, in the order the agent sees them.
+fn texts_of(view: &Value) -> Vec<String> {
+    view["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m["body"]["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_senders_each_get_one_chat_holding_their_messages_in_order() {
+    const SENDERS: usize = 20;
+    const PER_SENDER: usize = 10;
+    /// Each new sender's first messages go out together, so that a sender
+    /// unknown to the database can have several messages in one batch.
+    const OPENING: usize = 2;
+    let desk = Desk::open().await;
+    let gate = tokio::sync::Semaphore::new(IN_FLIGHT);
+    let text = |s: usize, n: usize| format!("s{s:02} #{n:02}");
+    let say = |s: usize, n: usize| {
+        let (gate, desk) = (&gate, &desk);
+        async move {
+            let _permit = gate.acquire().await.expect("semaphore open");
+            let a = desk
+                .post(
+                    from(
+                        json!(format!("s{s:02}")),
+                        json!({ "type": "text", "text": text(s, n) }),
+                    )
+                    .to_string(),
+                )
+                .await;
+            assert_eq!(a.status, 200, "{}: {a:?}", text(s, n));
+        }
+    };
+    let senders = (0..SENDERS).map(|s| async move {
+        futures_util::future::join_all((0..OPENING).map(|n| say(s, n))).await;
+        for n in OPENING..PER_SENDER {
+            say(s, n).await;
+        }
+    });
+    futures_util::future::join_all(senders).await;
+
+    let chats = chat_per_sender(&desk).await;
+    let expected: Vec<String> = (0..SENDERS).map(|s| format!("s{s:02}")).collect();
+    assert_eq!(
+        chats.keys().cloned().collect::<Vec<_>>(),
+        expected,
+        "one chat per sender"
+    );
+    for (s, (sender, view)) in chats.iter().enumerate() {
+        let texts = texts_of(view);
+        assert_eq!(texts.len(), PER_SENDER, "{sender}'s chat: {texts:?}");
+        // The opening messages were sent together: any order among them.
+        let mut opening = texts[..OPENING].to_vec();
+        opening.sort();
+        let sent: Vec<String> = (0..OPENING).map(|n| text(s, n)).collect();
+        assert_eq!(
+            opening, sent,
+            "{sender}'s chat starts with its opening messages"
+        );
+        let sent: Vec<String> = (OPENING..PER_SENDER).map(|n| text(s, n)).collect();
+        assert_eq!(
+            texts[OPENING..],
+            sent[..],
+            "{sender}'s chat holds its messages in the order sent"
+        );
+        assert_eq!(view["chat"]["state"], "open", "{sender}: {}", view["chat"]);
+    }
+    desk.hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn visitor_numbers_stay_unique_and_consecutive_when_new_senders_write_at_once() {
+    const SENDERS: usize = 40;
+    let desk = Desk::open().await;
+    let gate = tokio::sync::Semaphore::new(IN_FLIGHT);
+    // Every message at once, a sender's own ones included: some senders write
+    // two or three times (each write upserts the client).
+    let sends = (0..SENDERS).flat_map(|s| (0..=s % 3).map(move |n| (s, n)));
+    futures_util::future::join_all(sends.map(|(s, n)| {
+        let (gate, desk) = (&gate, &desk);
+        async move {
+            let _permit = gate.acquire().await.expect("semaphore open");
+            let body = from(
+                json!(format!("v{s:02}")),
+                json!({ "type": "text", "text": format!("m{n}") }),
+            );
+            let a = desk.post(body.to_string()).await;
+            assert_eq!(a.status, 200, "v{s:02} m{n}: {a:?}");
+        }
+    }))
+    .await;
+
+    let chats = chat_per_sender(&desk).await;
+    assert_eq!(
+        chats.len(),
+        SENDERS,
+        "one chat per sender: {:?}",
+        chats.keys()
+    );
+    let mut numbers: Vec<i64> = chats
+        .values()
+        .map(|view| {
+            view["client"]["visitor_number"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no visitor number: {}", view["client"]))
+        })
+        .collect();
+    numbers.sort_unstable();
+    let expected: Vec<i64> = (1..=SENDERS as i64).collect();
+    assert_eq!(
+        numbers, expected,
+        "visitor numbers of {SENDERS} new senders"
+    );
+
+    // The sequence went on from there: the next new sender is SENDERS + 1,
+    // and a known sender keeps its number.
+    desk.hub.say(&desk.ch, json!("late"), "hello").await;
+    desk.hub.say(&desk.ch, json!("v00"), "again").await;
+    let chats = chat_per_sender(&desk).await;
+    assert_eq!(
+        chats["late"]["client"]["visitor_number"],
+        json!(SENDERS + 1),
+        "the sender after the burst"
+    );
+    let numbers: std::collections::BTreeSet<i64> = chats
+        .values()
+        .filter_map(|v| v["client"]["visitor_number"].as_i64())
+        .collect();
+    assert_eq!(numbers.len(), SENDERS + 1, "numbers stay unique");
+    desk.hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_profile_change_in_a_burst_still_sends_chat_updated() {
+    let receiver = Integrator::start().await;
+    let hub = TestHub::start().await;
+    let agent = hub.create_agent("Ann", "ann@example.com").await;
+    let resp = hub
+        .admin_post(
+            "/admin/v1/channels",
+            json!({ "name": "web", "customer_endpoint": NOWHERE,
+                    "agents": ["ann@example.com"], "webhook_url": receiver.url }),
+        )
+        .await;
+    assert_eq!(resp.status(), 201, "channel creation");
+    let raw: Value = resp.json().await.expect("channel json");
+    let ch = TestChannel {
+        public_id: raw["public_id"].as_str().expect("public_id").to_owned(),
+        endpoint_url: raw["endpoint_url"].as_str().expect("endpoint").to_owned(),
+        status_url: raw["status_url"].as_str().expect("status").to_owned(),
+        raw,
+    };
+    let desk = Desk { hub, agent, ch };
+
+    // Ten customers with chats: r0..r4 will give a new name, k0..k4 will
+    // send the profile they have.
+    let known = |p: &'static str| (0..5).map(move |i| format!("{p}{i}"));
+    for id in known("r").chain(known("k")) {
+        let body = json!({ "sender": { "id": id, "name": format!("old {id}") },
+                           "message": { "type": "text", "text": "hi" } });
+        desk.accepted(body.to_string()).await;
+    }
+    // The burst: the renames among the others' messages and new customers'.
+    let mut burst = Vec::new();
+    for i in 0..5 {
+        for n in 0..3 {
+            burst.push(
+                json!({ "sender": { "id": format!("n{i}-{n}"), "name": "New" },
+                               "message": { "type": "text", "text": "first" } }),
+            );
+            burst.push(
+                json!({ "sender": { "id": format!("k{i}"), "name": format!("old k{i}") },
+                               "message": { "type": "text", "text": format!("same {n}") } }),
+            );
+        }
+        burst.push(
+            json!({ "sender": { "id": format!("r{i}"), "name": format!("new r{i}") },
+                           "message": { "type": "text", "text": "call me by my new name" } }),
+        );
+    }
+    let gate = tokio::sync::Semaphore::new(IN_FLIGHT);
+    futures_util::future::join_all(burst.iter().map(|body| {
+        let (gate, desk) = (&gate, &desk);
+        async move {
+            let _permit = gate.acquire().await.expect("semaphore open");
+            let a = desk.post(body.to_string()).await;
+            assert_eq!(a.status, 200, "{body}: {a:?}");
+        }
+    }))
+    .await;
+
+    let chats = chat_per_sender(&desk).await;
+    let renamed: std::collections::BTreeMap<i64, String> = known("r")
+        .map(|id| (id_of(&chats[&id]["chat"]), format!("new {id}")))
+        .collect();
+    receiver.wait_for(renamed.len(), WAIT).await;
+    // Time for a wrong extra one to arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut updated = std::collections::BTreeMap::new();
+    for r in receiver.requests() {
+        let e = r.json();
+        assert_eq!(
+            e["event_name"], "chat_updated",
+            "only renames send webhooks: {e}"
+        );
+        let chat = e["chat_id"].as_i64().expect("chat_id");
+        let name = e["visitor"]["name"].as_str().unwrap_or_default().to_owned();
+        if let Some(twice) = updated.insert(chat, name) {
+            panic!("chat {chat} got chat_updated twice (first named {twice}): {e}");
+        }
+    }
+    assert_eq!(
+        updated, renamed,
+        "one chat_updated per renamed chat, with the new name"
+    );
+    desk.hub.shutdown().await;
+}

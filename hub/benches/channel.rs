@@ -1,16 +1,23 @@
-//! Channel benchmark: customer-message ingress (req/s, p50/p99) against a bare
-//! hyper hello-world under the same load, and agent-message deliveries/s to a
-//! loopback integrator. Run: `cargo bench -p hub --bench channel`.
-//! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32), BENCH_REPLIES (default 2000).
+//! Channel benchmark: customer-message ingress against a bare hyper
+//! hello-world under the same closed-loop load, in one run: in-process and
+//! against the real `hub serve` binary over loopback; with no plugin and with
+//! the default `redact`; with `durability = "full"` and `"normal"`; then a
+//! paced run at half the measured rate (ack latency when not saturated),
+//! agent-message deliveries/s end to end, and the served hub's RSS.
+//! Run: `cargo bench -p hub --bench channel`.
+//! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
+//! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only).
 //!
-//! Black-box mode: `BENCH_ENDPOINT=http://127.0.0.1:8080/<secret>/<public_id>`
-//! drives a running `hub serve` (a channel's customer-message endpoint, as
-//! `hub channel create` prints it) over loopback instead of an in-process
-//! hub, side by side with the same hello-world baseline; operators measure
-//! their own deployment this way. The messages it posts are stored.
+//! Operators' mode: `BENCH_ENDPOINT=http://host:port/<secret>/<public_id>`
+//! drives a hub already running (a channel's customer-message endpoint, as
+//! `hub channel create` prints it) next to the same hello-world baseline;
+//! `BENCH_PID=<pid of hub serve>` adds its RSS. The messages it posts are
+//! stored.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -31,56 +38,180 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[tokio::main]
-async fn main() {
+// SAFETY: see the `set_var` call below: no other thread exists yet.
+#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
+#[allow(clippy::disallowed_methods, reason = "as in the hub's own `main`")]
+fn main() {
+    // As in the hub's own `main`: no backtrace per plugin call.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: before the runtime starts, no other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    if std::env::var_os("BENCH_SERVE_HELLO").is_some() {
+        runtime.block_on(hello_process());
+        return;
+    }
+    runtime.block_on(bench());
+}
+
+/// The settings of one measured hub.
+#[derive(Clone, Copy)]
+struct Setup {
+    redact: bool,
+    durability: &'static str,
+}
+
+impl Setup {
+    fn label(self) -> String {
+        format!(
+            "{}, {}",
+            if self.redact { "redact" } else { "no plugin" },
+            self.durability
+        )
+    }
+}
+
+const SETUPS: [Setup; 4] = [
+    Setup {
+        redact: false,
+        durability: "full",
+    },
+    Setup {
+        redact: false,
+        durability: "normal",
+    },
+    Setup {
+        redact: true,
+        durability: "full",
+    },
+    Setup {
+        redact: true,
+        durability: "normal",
+    },
+];
+
+async fn bench() {
     let secs = env_or("BENCH_SECS", 5);
     let conns = env_or("BENCH_CONNS", 32) as usize;
-    let replies = env_or("BENCH_REPLIES", 2000) as usize;
+    let replies = env_or("BENCH_REPLIES", 5000) as usize;
     let duration = Duration::from_secs(secs);
 
     let (hello, _) = serve_hello().await;
     let hello_body = |_: usize| Bytes::from_static(b"{}");
-    let base = load(hello, "/", conns, duration, &hello_body).await;
+    let base = load(hello, "/", conns, duration, &hello_body, None).await;
     if let Ok(endpoint) = std::env::var("BENCH_ENDPOINT") {
         black_box(&endpoint, conns, duration, &base).await;
         return;
     }
-
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (integrator, received) = serve_hello().await;
-    let (hub, endpoint_path, token) = start_hub(dir.path(), integrator).await;
-    let ingress = load(
-        hub.addr(),
-        &endpoint_path,
-        conns,
-        duration,
-        &customer_message,
-    )
-    .await;
-
+    let plugins = plugins_dir();
     println!(
         "channel benchmark: {conns} connections, {secs} s per run, 2 cores shared with the load generator"
     );
-    base.print("hello-world (bare hyper)");
-    ingress.print("customer-message ingress");
-    println!(
-        "ingress / hello-world throughput: {:.1} %",
-        100.0 * ingress.rps() / base.rps()
-    );
-
-    let (delivered_per_s, elapsed) = deliveries(&hub, &token, replies, conns, &received).await;
-    println!(
-        "agent-message end to end: {replies} replies delivered to a loopback integrator in {:.2} s = {delivered_per_s:.0} deliveries/s",
-        elapsed.as_secs_f64()
-    );
-    hub.shutdown().await;
+    println!("\nin-process (hub and load generator in one process):");
+    base.print("hello-world (bare hyper)", None);
+    let (integrator, received) = serve_hello().await;
+    let mut kept = None;
+    for setup in SETUPS {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (hub, endpoint_path, token) = start_hub(dir.path(), integrator, setup, &plugins).await;
+        let run = load(
+            hub.addr(),
+            &endpoint_path,
+            conns,
+            duration,
+            &customer_message,
+            None,
+        )
+        .await;
+        run.print(&format!("ingress, {}", setup.label()), Some(&base));
+        if setup.redact && setup.durability == "full" {
+            let paced = load(
+                hub.addr(),
+                &endpoint_path,
+                conns,
+                duration,
+                &customer_message,
+                Some(run.rps() / 2.0),
+            )
+            .await;
+            paced.print("  paced at half that rate", None);
+            kept = Some((hub, token, dir));
+        } else {
+            hub.shutdown().await;
+        }
+    }
+    if let Some((hub, token, _dir)) = kept {
+        let (delivered_per_s, elapsed) =
+            deliveries(hub.base_url(), &token, replies, conns, &received).await;
+        println!(
+            "agent messages end to end (redact, full): {replies} delivered to a loopback integrator in {:.2} s = {delivered_per_s:.0} deliveries/s",
+            elapsed.as_secs_f64()
+        );
+        hub.shutdown().await;
+    }
+    if std::env::var_os("BENCH_SKIP_SERVE").is_none() {
+        served(conns, duration, replies, &plugins).await;
+    }
 }
 
-/// The customer messages both modes post: 1000 customers, one short text.
+/// The same figures against the real `hub serve` binary, a separate process,
+/// next to a hello-world in a separate process too.
+async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path) {
+    println!("\nblack box (`hub serve` and a hello-world process, driven over loopback):");
+    let (mut hello_child, hello) = spawn_hello();
+    let hello_body = |_: usize| Bytes::from_static(b"{}");
+    let base = load(hello, "/", conns, duration, &hello_body, None).await;
+    base.print("hello-world (bare hyper)", None);
+    let _ = hello_child.kill();
+    let (integrator, received) = serve_hello().await;
+    for setup in [SETUPS[0], SETUPS[2], SETUPS[3]] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut hub = ServedHub::start(dir.path(), integrator, setup, plugins).await;
+        let idle = rss_kib(hub.child.id());
+        let run = load(
+            hub.addr,
+            &hub.path,
+            conns,
+            duration,
+            &customer_message,
+            None,
+        )
+        .await;
+        run.print(&format!("ingress, {}", setup.label()), Some(&base));
+        if setup.redact && setup.durability == "full" {
+            let paced = load(
+                hub.addr,
+                &hub.path,
+                conns,
+                duration,
+                &customer_message,
+                Some(run.rps() / 2.0),
+            )
+            .await;
+            paced.print("  paced at half that rate", None);
+            received.store(0, Ordering::Relaxed);
+            let (delivered_per_s, _) =
+                deliveries(&hub.base, &hub.token, replies, conns, &received).await;
+            println!(
+                "  agent messages end to end: {delivered_per_s:.0} deliveries/s ({replies} replies)"
+            );
+            println!(
+                "  hub RSS: idle {:.1} MB, after the runs {:.1} MB",
+                idle as f64 / 1024.0,
+                rss_kib(hub.child.id()) as f64 / 1024.0
+            );
+        }
+        hub.stop();
+    }
+}
+
+/// The customer messages every mode posts: 1000 customers, one short text
+/// with something `redact` masks.
 fn customer_message(i: usize) -> Bytes {
     Bytes::from(
         json!({ "sender": { "id": i % 1000, "name": "Bench" },
-                "message": { "type": "text", "text": "How much is the premium plan?" } })
+                "message": { "type": "text", "text": "How much is the premium plan? Call me at +1 555 0100" } })
         .to_string(),
     )
 }
@@ -102,17 +233,148 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
         eprintln!("cannot resolve {authority}");
         return;
     };
-    let ingress = load(addr, path, conns, duration, &customer_message).await;
     println!(
         "channel benchmark, black box: {conns} connections, {} s per run, against {endpoint}",
         duration.as_secs()
     );
-    base.print("hello-world (bare hyper)");
-    ingress.print("customer-message ingress");
-    println!(
-        "ingress / hello-world throughput: {:.1} %",
-        100.0 * ingress.rps() / base.rps()
+    base.print("hello-world (bare hyper)", None);
+    let pid = std::env::var("BENCH_PID").ok().and_then(|p| p.parse().ok());
+    if let Some(pid) = pid {
+        println!("hub RSS before: {:.1} MB", rss_kib(pid) as f64 / 1024.0);
+    }
+    let ingress = load(addr, path, conns, duration, &customer_message, None).await;
+    ingress.print("customer-message ingress", Some(base));
+    let paced = load(
+        addr,
+        path,
+        conns,
+        duration,
+        &customer_message,
+        Some(ingress.rps() / 2.0),
+    )
+    .await;
+    paced.print("  paced at half that rate", None);
+    if let Some(pid) = pid {
+        println!("hub RSS after: {:.1} MB", rss_kib(pid) as f64 / 1024.0);
+    }
+}
+
+/// Resident memory of a process, in KiB (0 when unknown).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn plugins_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(root.join("scripts/build-plugins.sh"))
+        .current_dir(&root)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run scripts/build-plugins.sh");
+    assert!(status.success(), "building the plugins failed");
+    root.join("target/plugins/wasm32-wasip2/release")
+}
+
+/// The hub configuration of a setup.
+fn config_text(dir: &Path, listen: &str, setup: Setup, plugins: &Path) -> String {
+    let mut text = format!(
+        "[server]\nlisten = \"{listen}\"\n[storage]\nurl = \"sqlite://{}\"\ndurability = \"{}\"\n\
+         [admin]\ntoken = \"{ADMIN}\"\n",
+        dir.join("bench.db").display(),
+        setup.durability
     );
+    if setup.redact {
+        text += &format!(
+            "[[plugins]]\nname = \"redact\"\npath = \"{}\"\n\
+             [[routes]]\nevents = [\"channel.customer_message\"]\nplugins = [\"redact\"]\n\
+             on_error = \"reject\"\n",
+            plugins.join("redact.wasm").display()
+        );
+    }
+    text
+}
+
+/// A `hub serve` child process with a channel and an agent.
+struct ServedHub {
+    child: Child,
+    addr: SocketAddr,
+    base: String,
+    path: String,
+    token: String,
+}
+
+impl ServedHub {
+    async fn start(dir: &Path, integrator: SocketAddr, setup: Setup, plugins: &Path) -> ServedHub {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let path = dir.join("hub.toml");
+        std::fs::write(&path, config_text(dir, &addr.to_string(), setup, plugins))
+            .expect("write config");
+        let child = Command::new(env!("CARGO_BIN_EXE_hub"))
+            .args(["--config", &path.display().to_string(), "serve"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hub serve");
+        let base = format!("http://{addr}");
+        let http = reqwest::Client::new();
+        let started = Instant::now();
+        while http.get(format!("{base}/healthz")).send().await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "hub serve did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (path, token) = provision(&base, integrator).await;
+        ServedHub {
+            child,
+            addr,
+            base,
+            path,
+            token,
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Re-runs this benchmark binary as a hello-world server process.
+fn spawn_hello() -> (Child, SocketAddr) {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().expect("bench binary"))
+        .env("BENCH_SERVE_HELLO", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the hello-world process");
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let addr = line.trim().parse().expect("hello-world address");
+    (child, addr)
+}
+
+/// The hello-world process: prints its address, serves until killed.
+async fn hello_process() {
+    let (addr, _) = serve_hello().await;
+    println!("{addr}");
+    std::future::pending::<()>().await;
 }
 
 struct Run {
@@ -133,12 +395,18 @@ impl Run {
         let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
         self.latencies[i]
     }
-    fn print(&self, name: &str) {
+    /// One line; with `base`, the throughput as a share of it.
+    fn print(&self, name: &str, base: Option<&Run>) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let share = base
+            .map(|b| format!("  = {:.1} % of hello-world", 100.0 * self.rps() / b.rps()))
+            .unwrap_or_default();
         println!(
-            "{name:<28} {:>9.0} req/s  p50 {:>7.0} µs  p99 {:>7.0} µs  ({} requests, {} errors)",
+            "{name:<34} {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  p999 {:>6.2} ms  ({} ok, {} errors){share}",
             self.rps(),
-            self.pct(0.50).as_secs_f64() * 1e6,
-            self.pct(0.99).as_secs_f64() * 1e6,
+            ms(self.pct(0.50)),
+            ms(self.pct(0.99)),
+            ms(self.pct(0.999)),
             self.count,
             self.errors
         );
@@ -176,20 +444,25 @@ async fn serve_hello() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, served)
 }
 
-/// Keeps `conns` keep-alive connections busy with POSTs for `duration`.
+/// Keeps `conns` keep-alive connections busy with POSTs for `duration`:
+/// closed loop, or with `rate`, requests started at that total rate (each
+/// latency counted from when its request was due, so a stall is not hidden).
 async fn load(
     addr: SocketAddr,
     path: &str,
     conns: usize,
     duration: Duration,
     body: &(dyn Fn(usize) -> Bytes + Sync),
+    rate: Option<f64>,
 ) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let bodies: Arc<Vec<Bytes>> = Arc::new((0..4096).map(body).collect());
     let start = Instant::now();
     let deadline = start + duration;
+    // Paced: each connection sends every `interval`, the connections offset.
+    let interval = rate.map(|r| Duration::from_secs_f64(conns as f64 / r.max(1.0)));
     let mut tasks = Vec::new();
-    for _ in 0..conns {
+    for c in 0..conns {
         let path = path.to_owned();
         let next = next.clone();
         let bodies = bodies.clone();
@@ -202,14 +475,25 @@ async fn load(
             tokio::spawn(conn);
             let mut lat = Vec::new();
             let mut errors = 0;
+            let mut due = start
+                + interval
+                    .map(|i| i.mul_f64(c as f64 / conns as f64))
+                    .unwrap_or_default();
             while Instant::now() < deadline {
+                if interval.is_some() {
+                    tokio::time::sleep_until(due.into()).await;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let req = http::Request::post(path.as_str())
                     .header("host", addr.to_string())
                     .header("content-type", "application/json; charset=utf-8")
                     .body(Full::new(bodies[i % bodies.len()].clone()))
                     .expect("request");
-                let t = Instant::now();
+                let t = if interval.is_some() {
+                    due
+                } else {
+                    Instant::now()
+                };
                 match send.send_request(req).await {
                     Ok(resp) => {
                         let ok = resp.status().is_success();
@@ -224,6 +508,9 @@ async fn load(
                         errors += 1;
                         break;
                     }
+                }
+                if let Some(interval) = interval {
+                    due += interval;
                 }
             }
             (lat, errors)
@@ -246,20 +533,24 @@ async fn load(
     }
 }
 
+/// An in-process hub of `setup` with a channel and an agent.
 async fn start_hub(
-    dir: &std::path::Path,
+    dir: &Path,
     integrator: SocketAddr,
+    setup: Setup,
+    plugins: &Path,
 ) -> (hub::app::Running, String, String) {
-    let config_text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\nurl = \"sqlite://{}\"\n[admin]\ntoken = \"{ADMIN}\"\n",
-        dir.join("bench.db").display()
-    );
     let path = dir.join("hub.toml");
-    std::fs::write(&path, config_text).expect("write config");
+    std::fs::write(&path, config_text(dir, "127.0.0.1:0", setup, plugins)).expect("write config");
     let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
     let running = hub::app::start(config).await.expect("start hub");
+    let (path, token) = provision(running.base_url(), integrator).await;
+    (running, path, token)
+}
+
+/// Creates the agent and the channel; their endpoint path and agent token.
+async fn provision(base: &str, integrator: SocketAddr) -> (String, String) {
     let http = reqwest::Client::new();
-    let base = running.base_url().to_owned();
     let agent: Value = http
         .post(format!("{base}/admin/v1/agents"))
         .bearer_auth(ADMIN)
@@ -287,21 +578,21 @@ async fn start_hub(
         .as_str()
         .expect("endpoint")
         .to_owned();
-    let path = endpoint.trim_start_matches(&base).to_owned();
+    let path = endpoint.trim_start_matches(base).to_owned();
     let token = agent["token"].as_str().expect("token").to_owned();
-    (running, path, token)
+    (path, token)
 }
 
 /// Sends `n` agent replies spread over the open chats and waits until all are delivered.
 async fn deliveries(
-    hub: &hub::app::Running,
+    base: &str,
     token: &str,
     n: usize,
     conns: usize,
     received: &AtomicUsize,
 ) -> (f64, Duration) {
     let http = reqwest::Client::new();
-    let base = hub.base_url().to_owned();
+    let base = base.to_owned();
     let chats: Value = http
         .get(format!("{base}/agent/v1/chats"))
         .bearer_auth(token)
@@ -318,6 +609,7 @@ async fn deliveries(
     assert!(!ids.is_empty(), "the ingress run opened no chats");
     let ids = Arc::new(ids);
     let next = Arc::new(AtomicUsize::new(0));
+    let before = received.load(Ordering::Relaxed);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..conns {
@@ -347,7 +639,7 @@ async fn deliveries(
     for t in tasks {
         let _ = t.await;
     }
-    while received.load(Ordering::Relaxed) < n {
+    while received.load(Ordering::Relaxed) < before + n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = start.elapsed();

@@ -555,6 +555,34 @@ mod tests {
     }
 
     #[test]
+    fn storage_durability_is_full_unless_set_to_normal() {
+        let c = Config::parse("", Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.durability, Durability::Full);
+        let c = Config::parse(
+            "[storage]\nurl = \"sqlite://f.db\"\n",
+            Path::new("hub.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.storage.durability, Durability::Full);
+        let text = "[storage]\ndurability = \"normal\"\n";
+        let c = Config::parse(text, Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.durability, Durability::Normal);
+        let text = "[storage]\ndurability = \"full\"\n";
+        let c = Config::parse(text, Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.durability, Durability::Full);
+    }
+
+    #[test]
+    fn an_unknown_storage_durability_is_refused_naming_the_key() {
+        let text = "[storage]\ndurability = \"fsync\"\n";
+        let err = Config::parse(text, Path::new("hub.toml")).unwrap_err();
+        let err = err.to_string();
+        assert!(err.starts_with("hub.toml: "), "{err}");
+        assert!(err.contains("storage.durability"), "{err}");
+        assert!(err.contains("fsync"), "{err}");
+    }
+
+    #[test]
     fn without_an_environment_the_file_stands() {
         let text = "[storage]\nurl = \"sqlite://file.db\"\n";
         let c = Config::from_toml(text, Path::new("hub.toml"), &Env::empty()).unwrap();

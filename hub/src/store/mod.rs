@@ -442,4 +442,48 @@ mod tests {
             "the sequence goes on after the migrated clients, burning nothing"
         );
     }
+
+    /// Concurrent transactions share commits; one dropped without commit
+    /// (an error half-way) loses only its own writes, before and after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_transaction_loses_only_its_own_writes_in_a_group() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, Durability::Full).await.expect("store");
+        let mut tasks = Vec::new();
+        for i in 0..60 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut w = store.begin_write().await.expect("begin");
+                sqlx::query("INSERT INTO settings (key, value) VALUES ($1, 'x')")
+                    .bind(format!("k{i}"))
+                    .execute(&mut *w.tx)
+                    .await
+                    .expect("insert");
+                if i % 7 == 3 {
+                    // Dropped: as when a later statement fails.
+                    return false;
+                }
+                w.commit().await.expect("commit");
+                true
+            }));
+        }
+        let mut kept = Vec::new();
+        for (i, t) in tasks.into_iter().enumerate() {
+            if t.await.expect("task") {
+                kept.push(format!("k{i}"));
+            }
+        }
+        // Committed means visible to a reader at once.
+        let mut stored: Vec<(String,)> =
+            sqlx::query_as("SELECT key FROM settings WHERE key LIKE 'k%'")
+                .fetch_all(store.pool())
+                .await
+                .expect("read");
+        stored.sort();
+        kept.sort();
+        let stored: Vec<String> = stored.into_iter().map(|(k,)| k).collect();
+        assert_eq!(stored, kept, "every committed write, and no dropped one");
+        assert_eq!(kept.len(), 51);
+    }
 }
