@@ -115,27 +115,9 @@ async fn bench() {
     for setup in SETUPS {
         let dir = tempfile::tempdir().expect("temp dir");
         let (hub, endpoint_path, token) = start_hub(dir.path(), integrator, setup, &plugins).await;
-        let run = load(
-            hub.addr(),
-            &endpoint_path,
-            conns,
-            duration,
-            &customer_message,
-            None,
-        )
-        .await;
-        run.print(&format!("ingress, {}", setup.label()), Some(&base));
+        let run = ingress(hub.addr(), &endpoint_path, conns, duration, setup, &base).await;
         if setup.redact && setup.durability == "full" {
-            let paced = load(
-                hub.addr(),
-                &endpoint_path,
-                conns,
-                duration,
-                &customer_message,
-                Some(run.rps() / 2.0),
-            )
-            .await;
-            paced.print("  paced at half that rate", None);
+            paced(hub.addr(), &endpoint_path, conns, duration, &run).await;
             kept = Some((hub, token, dir));
         } else {
             hub.shutdown().await;
@@ -169,27 +151,9 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
         let dir = tempfile::tempdir().expect("temp dir");
         let mut hub = ServedHub::start(dir.path(), integrator, setup, plugins).await;
         let idle = rss_kib(hub.child.id());
-        let run = load(
-            hub.addr,
-            &hub.path,
-            conns,
-            duration,
-            &customer_message,
-            None,
-        )
-        .await;
-        run.print(&format!("ingress, {}", setup.label()), Some(&base));
+        let run = ingress(hub.addr, &hub.path, conns, duration, setup, &base).await;
         if setup.redact && setup.durability == "full" {
-            let paced = load(
-                hub.addr,
-                &hub.path,
-                conns,
-                duration,
-                &customer_message,
-                Some(run.rps() / 2.0),
-            )
-            .await;
-            paced.print("  paced at half that rate", None);
+            paced(hub.addr, &hub.path, conns, duration, &run).await;
             received.store(0, Ordering::Relaxed);
             let (delivered_per_s, _) =
                 deliveries(&hub.base, &hub.token, replies, conns, &received).await;
@@ -244,19 +208,32 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
     }
     let ingress = load(addr, path, conns, duration, &customer_message, None).await;
     ingress.print("customer-message ingress", Some(base));
-    let paced = load(
-        addr,
-        path,
-        conns,
-        duration,
-        &customer_message,
-        Some(ingress.rps() / 2.0),
-    )
-    .await;
-    paced.print("  paced at half that rate", None);
+    paced(addr, path, conns, duration, &ingress).await;
     if let Some(pid) = pid {
         println!("hub RSS after: {:.1} MB", rss_kib(pid) as f64 / 1024.0);
     }
+}
+
+/// The closed-loop ingress run of a setup, printed next to `base`.
+async fn ingress(
+    addr: SocketAddr,
+    path: &str,
+    conns: usize,
+    duration: Duration,
+    setup: Setup,
+    base: &Run,
+) -> Run {
+    let run = load(addr, path, conns, duration, &customer_message, None).await;
+    run.print(&format!("ingress, {}", setup.label()), Some(base));
+    run
+}
+
+/// Customer messages at half the rate `closed` reached: the latency of
+/// acknowledgements when the hub is not saturated.
+async fn paced(addr: SocketAddr, path: &str, conns: usize, duration: Duration, closed: &Run) {
+    let rate = Some(closed.rps() / 2.0);
+    let run = load(addr, path, conns, duration, &customer_message, rate).await;
+    run.print("  paced at half that rate", None);
 }
 
 /// Resident memory of a process, in KiB (0 when unknown).

@@ -157,6 +157,16 @@ pub(super) const CLIENT_COLUMNS: &str =
 /// so an upsert that updates burns no number).
 pub(crate) const NEXT_VISITOR_NUMBER: &str =
     "(SELECT value + 1 FROM counters WHERE name = 'visitor_number')";
+/// A client upsert's conflict clause: an existing client merges the
+/// profile fields sent now (absent ones keep their value).
+pub(super) const CLIENT_MERGE: &str = "ON CONFLICT (channel_id, external_key) DO UPDATE SET \
+     name = COALESCE(excluded.name, clients.name), \
+     phone = COALESCE(excluded.phone, clients.phone), \
+     email = COALESCE(excluded.email, clients.email), \
+     photo = COALESCE(excluded.photo, clients.photo), \
+     url = COALESCE(excluded.url, clients.url), \
+     invite = COALESCE(excluded.invite, clients.invite), \
+     updated_at = excluded.updated_at";
 pub(super) const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
      closed_at, last_message_at";
 pub(super) const MESSAGE_COLUMNS: &str =
@@ -247,15 +257,7 @@ pub async fn upsert_client(
         "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, email, \
          photo, url, invite, created_at, updated_at, visitor_number) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, {NEXT_VISITOR_NUMBER}) \
-         ON CONFLICT (channel_id, external_key) DO UPDATE SET \
-         name = COALESCE(excluded.name, clients.name), \
-         phone = COALESCE(excluded.phone, clients.phone), \
-         email = COALESCE(excluded.email, clients.email), \
-         photo = COALESCE(excluded.photo, clients.photo), \
-         url = COALESCE(excluded.url, clients.url), \
-         invite = COALESCE(excluded.invite, clients.invite), \
-         updated_at = excluded.updated_at \
-         RETURNING {CLIENT_COLUMNS}"
+         {CLIENT_MERGE} RETURNING {CLIENT_COLUMNS}"
     ))
     .bind(channel_id)
     .bind(sender.id.as_key())

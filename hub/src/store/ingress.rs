@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{AnyConnection, Either, Row};
 
-use super::chats::{CHAT_COLUMNS, CLIENT_COLUMNS, MESSAGE_COLUMNS, chat_at, client_at, message_at};
+use super::chats::{
+    CHAT_COLUMNS, CLIENT_COLUMNS, CLIENT_MERGE, MESSAGE_COLUMNS, chat_at, client_at, message_at,
+};
 use super::{Chat, Client, Ctx, MessageRow, StoreError};
 use crate::event::Event;
 
@@ -325,19 +327,12 @@ fn build_write_script(slots: usize) -> String {
         format!("INSERT INTO temp.ingress_batch VALUES {values}"),
         // 3: clients, in order: an existing one merges the profile sent, a
         // new one takes the visitor number the plan gave it.
-        "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, email, \
-         photo, url, invite, created_at, updated_at, visitor_number) \
-         SELECT ch, k, idj, name, phone, email, photo, url, invite, now, now, number \
-         FROM temp.ingress_batch WHERE ch IS NOT NULL ORDER BY seq \
-         ON CONFLICT (channel_id, external_key) DO UPDATE SET \
-         name = COALESCE(excluded.name, clients.name), \
-         phone = COALESCE(excluded.phone, clients.phone), \
-         email = COALESCE(excluded.email, clients.email), \
-         photo = COALESCE(excluded.photo, clients.photo), \
-         url = COALESCE(excluded.url, clients.url), \
-         invite = COALESCE(excluded.invite, clients.invite), \
-         updated_at = excluded.updated_at"
-            .to_owned(),
+        format!(
+            "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, \
+             email, photo, url, invite, created_at, updated_at, visitor_number) \
+             SELECT ch, k, idj, name, phone, email, photo, url, invite, now, now, number \
+             FROM temp.ingress_batch WHERE ch IS NOT NULL ORDER BY seq {CLIENT_MERGE}"
+        ),
         // 4: the chats messages open.
         format!(
             "INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
