@@ -1,5 +1,9 @@
 //! Channels and the agents assigned to them.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -82,6 +86,7 @@ impl Store {
             .ctx("assigning an agent")?;
         }
         w.commit().await?;
+        self.channel_cache.clear();
         channel.agents = self.channel_agents(channel.id).await?;
         Ok(channel)
     }
@@ -120,7 +125,9 @@ impl Store {
             .await
             .ctx("assigning an agent")?;
         }
-        w.commit().await
+        w.commit().await?;
+        self.channel_cache.clear();
+        Ok(())
     }
 
     pub async fn channel_by_name(&self, name: &str) -> Result<Option<Channel>, StoreError> {
@@ -132,7 +139,24 @@ impl Store {
         self.with_agents(row).await
     }
 
+    /// The channel of an endpoint address: every customer message asks, so
+    /// found channels are kept for [`CHANNEL_TTL`] (changes made by this
+    /// process drop them at once).
     pub async fn channel_by_public_id(
+        &self,
+        public_id: &str,
+    ) -> Result<Option<Channel>, StoreError> {
+        if let Some(channel) = self.channel_cache.get(public_id) {
+            return Ok(Some(channel));
+        }
+        let found = self.read_channel_by_public_id(public_id).await?;
+        if let Some(channel) = &found {
+            self.channel_cache.put(channel);
+        }
+        Ok(found)
+    }
+
+    async fn read_channel_by_public_id(
         &self,
         public_id: &str,
     ) -> Result<Option<Channel>, StoreError> {
@@ -202,7 +226,9 @@ impl Store {
             .execute(&mut *w.tx)
             .await
             .ctx("setting a channel's webhook receiver")?;
-        w.commit().await
+        w.commit().await?;
+        self.channel_cache.clear();
+        Ok(())
     }
 
     /// True when an agent assigned to the channel is online: the status endpoint's answer.
@@ -229,5 +255,32 @@ impl Store {
         .await
         .ctx("counting online agents")?;
         Ok(row.0)
+    }
+}
+
+/// How stale a channel found by its address may be when another process (the
+/// CLI, a second hub) changed it.
+pub const CHANNEL_TTL: Duration = Duration::from_secs(1);
+
+/// Channels by public id, each with the time it was read.
+#[derive(Default)]
+pub(super) struct ChannelCache(Mutex<HashMap<String, (Instant, Channel)>>);
+
+impl ChannelCache {
+    fn get(&self, public_id: &str) -> Option<Channel> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(public_id) {
+            Some((at, channel)) if at.elapsed() < CHANNEL_TTL => Some(channel.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&self, channel: &Channel) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(channel.public_id.clone(), (Instant::now(), channel.clone()));
+    }
+
+    fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

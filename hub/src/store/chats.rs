@@ -49,7 +49,7 @@ impl ChatState {
             ChatState::Closed => "closed",
         }
     }
-    fn parse(s: &str) -> Result<Self, StoreError> {
+    pub(super) fn parse(s: &str) -> Result<Self, StoreError> {
         match s {
             "open" => Ok(ChatState::Open),
             "accepted" => Ok(ChatState::Accepted),

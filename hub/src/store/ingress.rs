@@ -19,10 +19,8 @@ use serde_json::{Value, json};
 use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{AnyConnection, Either, Row};
 
-use super::chats::{
-    CHAT_COLUMNS, CLIENT_COLUMNS, CLIENT_MERGE, MESSAGE_COLUMNS, chat_at, client_at, message_at,
-};
-use super::{Chat, Client, Ctx, MessageRow, StoreError};
+use super::chats::CLIENT_MERGE;
+use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError};
 use crate::event::Event;
 
 /// Largest batch the writer takes at once.
@@ -84,37 +82,126 @@ pub async fn write_customer_messages(
             query = query.bind(None::<String>);
         }
     }
-    let rows = collect(sqlx::Executor::fetch_many(conn, query)).await?;
-    let Some(rows) = rows.into_iter().nth(FINAL_STATEMENT) else {
-        return Err(StoreError::Corrupt(
-            "the batch script returned nothing".into(),
-        ));
-    };
-    if rows.len() != items.len() {
+    let statements = collect(sqlx::Executor::fetch_many(conn, query)).await?;
+    let results: Vec<ResultRow> = json_cell(statements.get(FINAL_STATEMENT), 0)?;
+    if results.len() != items.len() {
         return Err(StoreError::Corrupt(format!(
-            "the batch script returned {} rows for {} messages",
-            rows.len(),
+            "the batch script returned {} results for {} messages",
+            results.len(),
             items.len()
         )));
     }
-    let client_base = 1;
-    let chat_base = client_base + columns(CLIENT_COLUMNS);
-    let message_base = chat_base + columns(CHAT_COLUMNS);
     let mut written = Vec::with_capacity(items.len());
-    for (row, step) in rows.iter().zip(&plan.steps) {
-        let chat_id: Option<i64> = row.try_get(chat_base).ctx("reading a batch row")?;
-        let message_id: Option<i64> = row.try_get(message_base).ctx("reading a batch row")?;
+    for (result, (item, step)) in results.into_iter().zip(items.iter().zip(plan.steps)) {
+        let (
+            _,
+            client_id,
+            visitor_number,
+            chat_id,
+            state,
+            agent,
+            opened,
+            accepted,
+            closed,
+            last,
+            message_id,
+        ) = result;
+        let [name, phone, email, photo, url, invite] = step.profile;
+        let chat = match (chat_id, state) {
+            (Some(id), Some(state)) => Some(Chat {
+                id,
+                channel_id: item.channel_id,
+                client_id,
+                state: ChatState::parse(&state)?,
+                agent_id: agent,
+                opened_at: opened.unwrap_or(item.now),
+                accepted_at: accepted,
+                closed_at: closed,
+                last_message_at: last.unwrap_or(item.now),
+            }),
+            _ => None,
+        };
+        let message = match (message_id, chat_id, &item.body) {
+            (Some(id), Some(chat_id), Some(body)) => Some(MessageRow {
+                id,
+                uid: item.uid.clone(),
+                chat_id,
+                author: Author::Client,
+                agent_id: None,
+                body: serde_json::from_str(body)
+                    .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?,
+                delivery: None,
+                delivery_error: None,
+                created_at: item.now,
+            }),
+            _ => None,
+        };
         written.push(CustomerWritten {
-            client: client_at(row, client_base)?,
+            client: Client {
+                id: client_id,
+                channel_id: item.channel_id,
+                external_id: item.sender.id.clone(),
+                name,
+                phone,
+                email,
+                photo,
+                url,
+                invite,
+                visitor_number: visitor_number.unwrap_or_default(),
+            },
             profile_changed: step.profile_changed,
-            chat: chat_id.map(|_| chat_at(row, chat_base)).transpose()?,
+            chat,
             opened: step.opens,
-            message: message_id
-                .map(|_| message_at(row, message_base))
-                .transpose()?,
+            message,
         });
     }
     Ok(written)
+}
+
+/// One message's result: seq, client id, visitor number, its live chat (id,
+/// state, agent, opened, accepted, closed, last message) and its message id.
+type ResultRow = (
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// A known client in the snapshot: channel, key, profile, has a live chat.
+type KnownRow = (
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+/// Reads column `column` of the one row of a statement as JSON: results come
+/// back aggregated (`json_group_array`), one row per statement, because every
+/// row is a hand-off between the driver's thread and ours.
+fn json_cell<T: serde::de::DeserializeOwned>(
+    rows: Option<&Vec<AnyRow>>,
+    column: usize,
+) -> Result<T, StoreError> {
+    let Some(row) = rows.and_then(|rows| rows.first()) else {
+        return Err(StoreError::Corrupt(
+            "a batch statement returned no row".into(),
+        ));
+    };
+    let text: Option<String> = row.try_get(column).ctx("reading a batch result")?;
+    serde_json::from_str(text.as_deref().unwrap_or("[]"))
+        .map_err(|e| StoreError::Corrupt(format!("a batch result: {e}")))
 }
 
 /// A client as the batch found it: its profile and whether it has a live chat.
@@ -146,39 +233,33 @@ async fn known_clients(
         .map(|i| json!({ "ch": i.channel_id, "k": i.sender.id.as_key() }))
         .collect();
     let sql = format!(
-        "SELECT DISTINCT c.channel_id, c.external_key, c.name, c.phone, c.email, c.photo, \
-         c.url, c.invite, {LIVE_CHAT} IS NOT NULL \
-         FROM json_each($1) j CROSS JOIN clients c ON c.channel_id = json_extract(j.value, '$.ch') \
-         AND c.external_key = json_extract(j.value, '$.k'); \
-         SELECT value FROM counters WHERE name = 'visitor_number';"
+        "SELECT (SELECT value FROM counters WHERE name = 'visitor_number'), \
+         (SELECT json_group_array(json_array(c.channel_id, c.external_key, c.name, c.phone, \
+         c.email, c.photo, c.url, c.invite, {LIVE_CHAT} IS NOT NULL)) FROM clients c \
+         WHERE c.id IN (SELECT k.id FROM json_each($1) j CROSS JOIN clients k \
+         ON k.channel_id = json_extract(j.value, '$.ch') \
+         AND k.external_key = json_extract(j.value, '$.k')))"
     );
-    let mut results = run_script(conn, &sql, Value::Array(keys).to_string()).await?;
-    let sequence = match results.get(1).and_then(|rows| rows.first()) {
+    let statements = run_script(conn, &sql, Value::Array(keys).to_string()).await?;
+    let sequence = match statements.first().and_then(|rows| rows.first()) {
         Some(row) => row
-            .try_get::<i64, _>(0)
-            .ctx("reading the visitor sequence")?,
+            .try_get::<Option<i64>, _>(0)
+            .ctx("reading the visitor sequence")?
+            .ok_or_else(|| StoreError::Corrupt("the visitor sequence is missing".into()))?,
         None => {
             return Err(StoreError::Corrupt(
                 "the visitor sequence is missing".into(),
             ));
         }
     };
-    let mut known = HashMap::new();
-    for row in results.swap_remove(0) {
-        let get = |i: usize| row.try_get::<Option<String>, _>(i);
-        let profile = [get(2), get(3), get(4), get(5), get(6), get(7)];
-        let mut fields: Profile = Default::default();
-        for (slot, value) in fields.iter_mut().zip(profile) {
-            *slot = value.ctx("reading a client")?;
-        }
+    let rows: Vec<KnownRow> = json_cell(statements.first(), 1)?;
+    let mut known = HashMap::with_capacity(rows.len());
+    for (channel, key, name, phone, email, photo, url, invite, live) in rows {
         known.insert(
-            (
-                row.try_get(0).ctx("reading a client")?,
-                row.try_get(1).ctx("reading a client")?,
-            ),
+            (channel, key),
             Known {
-                profile: fields,
-                live_chat: row.try_get::<i64, _>(8).ctx("reading a client")? != 0,
+                profile: [name, phone, email, photo, url, invite],
+                live_chat: live != 0,
             },
         );
     }
@@ -196,6 +277,8 @@ struct Plan {
 struct Step {
     opens: bool,
     profile_changed: bool,
+    /// The client's profile after this message.
+    profile: Profile,
 }
 
 impl Plan {
@@ -208,14 +291,14 @@ impl Plan {
             let sent = profile_of(&item.sender);
             // A new client takes the next visitor number; later messages of
             // the batch from it find it known.
-            let (number, profile_changed) = match clients.get_mut(&key) {
+            let (number, profile_changed, profile) = match clients.get_mut(&key) {
                 Some(client) => {
                     let merged: Profile = std::array::from_fn(|i| {
                         sent[i].clone().or_else(|| client.profile[i].clone())
                     });
                     let changed = merged[..3] != client.profile[..3];
-                    client.profile = merged;
-                    (None, changed)
+                    client.profile = merged.clone();
+                    (None, changed, merged)
                 }
                 None => {
                     sequence += 1;
@@ -226,7 +309,7 @@ impl Plan {
                             live_chat: false,
                         },
                     );
-                    (Some(sequence), false)
+                    (Some(sequence), false, sent.clone())
                 }
             };
             let typing = item.body.is_none();
@@ -240,6 +323,7 @@ impl Plan {
             steps.push(Step {
                 opens,
                 profile_changed,
+                profile,
             });
             let [name, phone, email, photo, url, invite] = sent.map(|v| json!(v));
             rows.push([
@@ -299,23 +383,11 @@ fn slots_for(n: usize) -> usize {
 }
 
 fn build_write_script(slots: usize) -> String {
-    let prefixed = |table: &str, columns: &str| {
-        columns
-            .split(',')
-            .map(|c| format!("{table}.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let width = BATCH_COLUMNS.len();
-    let values = (0..slots)
-        .map(|row| {
-            let params: Vec<String> = (1..=width)
-                .map(|c| format!("${}", row * width + c))
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    // Anonymous `?` parameters: the driver looks each numbered one up by
+    // name, a scan of all the statement's names, which is quadratic here.
+    let row = format!("({})", vec!["?"; width].join(", "));
+    let values = vec![row; slots].join(", ");
     [
         // 0, 1, 2: the batch, in a table of this connection.
         "CREATE TEMP TABLE IF NOT EXISTS ingress_batch (seq INTEGER, ch INTEGER, \
@@ -358,14 +430,13 @@ fn build_write_script(slots: usize) -> String {
              SELECT b.eid, b.kind, 'in', b.ch, {LIVE_CHAT}, b.payload, b.at \
              FROM {BATCH_CLIENT} ORDER BY b.seq"
         ),
-        // 8: the result.
+        // 8: the result, one JSON array (see `json_cell`).
         format!(
-            "SELECT b.seq, {}, {}, {} FROM {BATCH_CLIENT} \
+            "SELECT json_group_array(json_array(b.seq, c.id, c.visitor_number, h.id, h.state, \
+             h.agent_id, h.opened_at, h.accepted_at, h.closed_at, h.last_message_at, m.id) \
+             ORDER BY b.seq) FROM {BATCH_CLIENT} \
              LEFT JOIN chats h ON h.id = {LIVE_CHAT} \
-             LEFT JOIN messages m ON m.uid = b.uid ORDER BY b.seq",
-            prefixed("c", CLIENT_COLUMNS),
-            prefixed("h", CHAT_COLUMNS),
-            prefixed("m", MESSAGE_COLUMNS)
+             LEFT JOIN messages m ON m.uid = b.uid"
         ),
         "DELETE FROM temp.ingress_batch".to_owned(),
     ]
@@ -381,10 +452,6 @@ fn bind_value<'q>(query: Query<'q>, value: &Value) -> Query<'q> {
         Value::String(s) => query.bind(s.clone()),
         _ => query.bind(None::<String>),
     }
-}
-
-fn columns(list: &str) -> usize {
-    list.split(',').count()
 }
 
 /// Runs a script of statements with one text parameter; the rows of each

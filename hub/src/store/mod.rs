@@ -88,6 +88,7 @@ pub struct Store {
     backend: Backend,
     /// SQLite's one writer connection with its group commit.
     writer: Option<Arc<writer::Group>>,
+    channel_cache: Arc<channels::ChannelCache>,
 }
 
 /// A write transaction: [`tx`](WriteTx::tx) is the connection store
@@ -177,6 +178,9 @@ impl Store {
         };
         let mut options = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 4 } else { 16 })
+            // A ping per acquire is a round trip to the driver's thread for
+            // nothing on a local file; PostgreSQL keeps the check.
+            .test_before_acquire(backend != Backend::Sqlite)
             .acquire_timeout(Duration::from_secs(10));
         if backend == Backend::Sqlite {
             options = options.after_connect(|conn, _| {
@@ -198,6 +202,7 @@ impl Store {
             pool,
             backend,
             writer,
+            channel_cache: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -218,6 +223,7 @@ impl Store {
             pool,
             backend: Backend::Sqlite,
             writer: Some(open_writer(&url, Durability::Normal).await?),
+            channel_cache: Arc::default(),
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
             .iter()
