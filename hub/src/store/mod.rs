@@ -350,6 +350,11 @@ async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Gr
     conn.execute(durability.pragma())
         .await
         .ctx("setting the durability")?;
+    // Savepoint journals and the ingress batch table in memory, not in temp
+    // files; a larger page cache for the one connection that writes.
+    conn.execute("PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;")
+        .await
+        .ctx("setting up the writer connection")?;
     Ok(writer::Group::start(conn))
 }
 
