@@ -128,6 +128,15 @@ async fn redact_masks_customer_text_before_agents_and_the_log_see_it() {
         s.counter("hub_plugin_calls_total{plugin=\"redact\"}").await,
         1.0
     );
+    // Where the call's time went, for operators.
+    for phase in ["instantiate", "guest", "teardown"] {
+        let seconds = s
+            .counter(&format!(
+                "hub_plugin_{phase}_seconds_total{{plugin=\"redact\"}}"
+            ))
+            .await;
+        assert!(seconds > 0.0, "{phase}: {seconds}");
+    }
     s.hub.shutdown().await;
 }
 

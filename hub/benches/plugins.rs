@@ -191,7 +191,9 @@ async fn bench() {
         let config = Config::parse(&wiring_toml(&plugins, &chain), &file).expect("config");
         let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
         let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
+        let before = runtime.counters().snapshot();
         let f = measure(pipeline, events, tasks).await;
+        let after = runtime.counters().snapshot();
         let change = baseline
             .as_ref()
             .map(|b| format!("{:+.1} %", 100.0 * (f.per_sec / b.per_sec - 1.0)))
@@ -202,6 +204,21 @@ async fn bench() {
             f.p99.as_secs_f64() * 1e6,
             f.per_sec
         );
+        for (name, _, _) in &chain {
+            if let (Some(a), b) = (after.get(*name), before.get(*name)) {
+                let since = |f: fn(&hub::runtime::Snapshot) -> u64| {
+                    f(a).saturating_sub(b.map(f).unwrap_or(0))
+                };
+                let calls = since(|s| s.calls).max(1) as f64;
+                let mean = |nanos: u64| nanos as f64 / calls / 1e3;
+                println!(
+                    "    {name}: mean per call {:.1} µs instantiate + {:.1} µs guest call + {:.1} µs teardown",
+                    mean(since(|s| s.instantiate_nanos)),
+                    mean(since(|s| s.guest_nanos)),
+                    mean(since(|s| s.teardown_nanos)),
+                );
+            }
+        }
         p50s.push(f.p50.as_secs_f64() * 1e6);
         if baseline.is_none() {
             baseline = Some(f);

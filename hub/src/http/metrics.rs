@@ -1,5 +1,5 @@
 //! `/metrics` in the Prometheus text format: per-plugin calls, outcomes,
-//! errors by kind and time spent; webhook reply fields that were skipped.
+//! errors by kind and time spent (with the phases of a call); webhook reply fields that were skipped.
 
 use std::fmt::Write;
 
@@ -33,6 +33,9 @@ fn render(app: &App) -> String {
                         "hub_plugin_drops_total" => s.drops as f64,
                         "hub_plugin_replies_total" => s.replies as f64,
                         "hub_plugin_forwards_total" => s.forwards as f64,
+                        "hub_plugin_instantiate_seconds_total" => s.instantiate_nanos as f64 / 1e9,
+                        "hub_plugin_guest_seconds_total" => s.guest_nanos as f64 / 1e9,
+                        "hub_plugin_teardown_seconds_total" => s.teardown_nanos as f64 / 1e9,
                         _ => s.micros as f64 / 1e6,
                     };
                     let _ = writeln!(out, "{name}{{plugin=\"{label}\"}} {v}");
@@ -64,6 +67,21 @@ fn render(app: &App) -> String {
     family(
         "hub_plugin_call_seconds_total",
         "Time spent in plugin calls.",
+        "counter",
+    );
+    family(
+        "hub_plugin_instantiate_seconds_total",
+        "Successful calls: time creating each call's sandbox.",
+        "counter",
+    );
+    family(
+        "hub_plugin_guest_seconds_total",
+        "Successful calls: time in the plugin's handler.",
+        "counter",
+    );
+    family(
+        "hub_plugin_teardown_seconds_total",
+        "Successful calls: time dropping each call's sandbox.",
         "counter",
     );
     render_reply_skips(&mut out, &app.conversations.reply_skips().snapshot());
@@ -106,6 +124,21 @@ mod tests {
         counts.count("chat_updated", "page");
         counts.count("chat_accepted", "crm_link");
         let mut out = String::new();
+        family(
+            "hub_plugin_instantiate_seconds_total",
+            "Successful calls: time creating each call's sandbox.",
+            "counter",
+        );
+        family(
+            "hub_plugin_guest_seconds_total",
+            "Successful calls: time in the plugin's handler.",
+            "counter",
+        );
+        family(
+            "hub_plugin_teardown_seconds_total",
+            "Successful calls: time dropping each call's sandbox.",
+            "counter",
+        );
         render_reply_skips(&mut out, &counts.snapshot());
         assert!(out.contains("# TYPE hub_webhook_reply_fields_skipped_total counter\n"));
         assert!(out.contains(

@@ -17,6 +17,11 @@ pub struct PluginCounters {
     replies: AtomicU64,
     forwards: AtomicU64,
     micros: AtomicU64,
+    /// Nanoseconds in the phases of successful calls (where the time goes:
+    /// `plugins` benchmark, `/metrics`).
+    instantiate_nanos: AtomicU64,
+    guest_nanos: AtomicU64,
+    teardown_nanos: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -29,6 +34,11 @@ pub struct Snapshot {
     pub forwards: u64,
     /// Time spent in calls, instantiation included.
     pub micros: u64,
+    /// Of successful calls: creating the sandbox, running the guest's
+    /// `handle`, dropping the sandbox.
+    pub instantiate_nanos: u64,
+    pub guest_nanos: u64,
+    pub teardown_nanos: u64,
     pub errors: BTreeMap<&'static str, u64>,
 }
 
@@ -37,6 +47,15 @@ impl PluginCounters {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.micros.fetch_add(micros, Ordering::Relaxed);
+    }
+    /// The phases of one successful call.
+    pub fn phases(&self, instantiate: Duration, guest: Duration, teardown: Duration) {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.instantiate_nanos
+            .fetch_add(nanos(instantiate), Ordering::Relaxed);
+        self.guest_nanos.fetch_add(nanos(guest), Ordering::Relaxed);
+        self.teardown_nanos
+            .fetch_add(nanos(teardown), Ordering::Relaxed);
     }
     pub fn drop_(&self) {
         self.drops.fetch_add(1, Ordering::Relaxed);
@@ -58,6 +77,9 @@ impl PluginCounters {
             replies: self.replies.load(Ordering::Relaxed),
             forwards: self.forwards.load(Ordering::Relaxed),
             micros: self.micros.load(Ordering::Relaxed),
+            instantiate_nanos: self.instantiate_nanos.load(Ordering::Relaxed),
+            guest_nanos: self.guest_nanos.load(Ordering::Relaxed),
+            teardown_nanos: self.teardown_nanos.load(Ordering::Relaxed),
             errors: ErrorKind::ALL
                 .iter()
                 .map(|k| (k.as_str(), self.errors[*k as usize].load(Ordering::Relaxed)))

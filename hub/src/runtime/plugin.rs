@@ -219,12 +219,15 @@ impl Plugin {
 
         let event = wit_event(input);
         let left = deadline.saturating_duration_since(Instant::now());
+        let mut instantiated = Duration::ZERO;
+        let started = Instant::now();
         let run = async {
             let instance = self
                 .pre
                 .instantiate_async(&mut store)
                 .await
                 .map_err(Failure::Instantiate)?;
+            instantiated = started.elapsed();
             instance
                 .call_handle(&mut store, &event)
                 .await
@@ -232,6 +235,7 @@ impl Plugin {
         };
         // The epoch deadline stops guest code; this one also bounds host calls.
         let result = tokio::time::timeout(left, run).await;
+        let called = started.elapsed();
         let state = store.data_mut();
         log_stdio(&self.name, "stdout", &state.stdout.contents());
         log_stdio(&self.name, "stderr", &state.stderr.contents());
@@ -254,6 +258,11 @@ impl Plugin {
         };
         check(&mut outcome.action).map_err(|e| self.error(ErrorKind::InvalidOutput, e))?;
         outcome.kv_writes = std::mem::take(&mut state.kv_writes);
+        let guest = called.saturating_sub(instantiated);
+        let teardown = Instant::now();
+        drop(store);
+        self.counters
+            .phases(instantiated, guest, teardown.elapsed());
         Ok(outcome)
     }
 
