@@ -124,21 +124,6 @@ mod tests {
         counts.count("chat_updated", "page");
         counts.count("chat_accepted", "crm_link");
         let mut out = String::new();
-        family(
-            "hub_plugin_instantiate_seconds_total",
-            "Successful calls: time creating each call's sandbox.",
-            "counter",
-        );
-        family(
-            "hub_plugin_guest_seconds_total",
-            "Successful calls: time in the plugin's handler.",
-            "counter",
-        );
-        family(
-            "hub_plugin_teardown_seconds_total",
-            "Successful calls: time dropping each call's sandbox.",
-            "counter",
-        );
         render_reply_skips(&mut out, &counts.snapshot());
         assert!(out.contains("# TYPE hub_webhook_reply_fields_skipped_total counter\n"));
         assert!(out.contains(
