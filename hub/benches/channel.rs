@@ -160,10 +160,15 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
             println!(
                 "  agent messages end to end: {delivered_per_s:.0} deliveries/s ({replies} replies)"
             );
+            let size = |name: &str| {
+                std::fs::metadata(dir.path().join(name)).map_or(0.0, |m| m.len() as f64 / 1e6)
+            };
             println!(
-                "  hub RSS: idle {:.1} MB, after the runs {:.1} MB",
+                "  hub RSS: idle {:.1} MB, after the runs {:.1} MB; database {:.1} MB, WAL {:.1} MB",
                 idle as f64 / 1024.0,
-                rss_kib(hub.child.id()) as f64 / 1024.0
+                rss_kib(hub.child.id()) as f64 / 1024.0,
+                size("bench.db"),
+                size("bench.db-wal")
             );
         }
         hub.stop();

@@ -195,7 +195,10 @@ impl Store {
             .await
             .ctx("connecting to the database")?;
         let writer = match backend {
-            Backend::Sqlite => Some(open_writer(&url, durability).await?),
+            Backend::Sqlite => {
+                tokio::spawn(checkpoints(pool.clone()));
+                Some(open_writer(&url, durability).await?)
+            }
             Backend::Postgres => None,
         };
         let store = Store {
@@ -339,6 +342,34 @@ impl Store {
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
      PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;";
 
+/// How often the WAL is copied back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// Copies the WAL back into the database file from a reader connection, in
+/// the background, until the store is closed. Left to SQLite, the commit
+/// that crosses 1000 WAL pages does it, and every group waiting on that
+/// commit waits for it too (p99 8 ms against 2 ms without). `PASSIVE` never
+/// waits for the writer; what it cannot copy now it copies next time.
+async fn checkpoints(pool: AnyPool) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&pool)
+            .await
+        {
+            if pool.is_closed() {
+                return;
+            }
+            tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+        }
+    }
+}
+
 /// SQLite's writer connection, with the group commit around it.
 async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Group>, StoreError> {
     let mut conn = AnyConnection::connect(url)
@@ -351,10 +382,13 @@ async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Gr
         .await
         .ctx("setting the durability")?;
     // Savepoint journals and the ingress batch table in memory, not in temp
-    // files; a larger page cache for the one connection that writes.
-    conn.execute("PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;")
-        .await
-        .ctx("setting up the writer connection")?;
+    // files; a larger page cache for the one connection that writes; no
+    // checkpoint inside a commit (see `checkpoints`).
+    conn.execute(
+        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 0;",
+    )
+    .await
+    .ctx("setting up the writer connection")?;
     Ok(writer::Group::start(conn))
 }
 
