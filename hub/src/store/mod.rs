@@ -196,8 +196,9 @@ impl Store {
             .ctx("connecting to the database")?;
         let writer = match backend {
             Backend::Sqlite => {
-                tokio::spawn(checkpoints(pool.clone()));
-                Some(open_writer(&url, durability).await?)
+                let writer = open_writer(&url, durability).await?;
+                tokio::spawn(checkpoints(pool.clone(), Arc::downgrade(&writer)));
+                Some(writer)
             }
             Backend::Postgres => None,
         };
@@ -345,12 +346,18 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NO
 /// How often the WAL is copied back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
+/// WAL pages past which the writer truncates the WAL (16 MiB of 4 KiB pages).
+const WAL_LIMIT_PAGES: i64 = 4096;
+
 /// Copies the WAL back into the database file from a reader connection, in
 /// the background, until the store is closed. Left to SQLite, the commit
 /// that crosses 1000 WAL pages does it, and every group waiting on that
 /// commit waits for it too (p99 8 ms against 2 ms without). `PASSIVE` never
-/// waits for the writer; what it cannot copy now it copies next time.
-async fn checkpoints(pool: AnyPool) {
+/// waits for the writer. Under steady writes the WAL is never wholly copied
+/// at a moment a new transaction starts, so SQLite never starts it over:
+/// past [`WAL_LIMIT_PAGES`] the writer truncates it between two groups
+/// (cheap then: the pages are copied already).
+async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -358,14 +365,25 @@ async fn checkpoints(pool: AnyPool) {
         if pool.is_closed() {
             return;
         }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
-            if pool.is_closed() {
-                return;
+        let pages: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&pool)
+            .await;
+        match pages {
+            Ok((_, log, _)) if log > WAL_LIMIT_PAGES => {
+                let Some(writer) = writer.upgrade() else {
+                    return;
+                };
+                if let Err(e) = writer.truncate_wal().await {
+                    tracing::warn!(error = %e, "WAL truncation failed; retrying");
+                }
             }
-            tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+            Ok(_) => {}
+            Err(e) => {
+                if pool.is_closed() {
+                    return;
+                }
+                tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+            }
         }
     }
 }
@@ -530,5 +548,37 @@ mod tests {
         let stored: Vec<String> = stored.into_iter().map(|(k,)| k).collect();
         assert_eq!(stored, kept, "every committed write, and no dropped one");
         assert_eq!(kept.len(), 51);
+    }
+
+    /// Steady writes never let SQLite start the WAL over by itself; the
+    /// store keeps it bounded (it grew to 840 MB in a 40 s benchmark before).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_stays_bounded_under_steady_writes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("hub.db");
+        let store = Store::open(&format!("sqlite://{}", path.display()), Durability::Normal)
+            .await
+            .expect("store");
+        let value = "x".repeat(1000);
+        // About 30 MB of rows, written as fast as they go.
+        for batch in 0..60 {
+            let mut w = store.begin_write().await.expect("begin");
+            for i in 0..500 {
+                sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2)")
+                    .bind(format!("k{batch}-{i}"))
+                    .bind(&value)
+                    .execute(&mut *w.tx)
+                    .await
+                    .expect("insert");
+            }
+            w.commit().await.expect("commit");
+        }
+        tokio::time::sleep(CHECKPOINT_EVERY * 4).await;
+        let wal = std::fs::metadata(dir.path().join("hub.db-wal")).map_or(0, |m| m.len());
+        assert!(
+            wal < (WAL_LIMIT_PAGES as u64) * 4096 + 8 * 1024 * 1024,
+            "WAL is {wal} bytes"
+        );
+        store.close().await;
     }
 }

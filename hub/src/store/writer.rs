@@ -115,6 +115,19 @@ impl Group {
         })
     }
 
+    /// Commits what is pending, then copies the rest of the WAL into the
+    /// database file and empties it, between two groups.
+    pub(super) async fn truncate_wal(&self) -> Result<(), StoreError> {
+        let mut writer = self.writer.lock().await;
+        writer.flush().await;
+        writer
+            .conn
+            .execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            .await
+            .ctx("truncating the WAL")?;
+        Ok(())
+    }
+
     /// Commits what is pending and stops the flusher.
     pub(super) async fn close(&self) {
         let mut writer = self.writer.lock().await;
