@@ -271,7 +271,7 @@ async fn known_clients(
 struct Plan {
     steps: Vec<Step>,
     /// One row of [`BATCH_COLUMNS`] per message.
-    batch: Vec<[Value; BATCH_COLUMNS.len()]>,
+    batch: Vec<Vec<Value>>,
 }
 
 struct Step {
@@ -325,18 +325,16 @@ impl Plan {
                 profile_changed,
                 profile,
             });
-            let [name, phone, email, photo, url, invite] = sent.map(|v| json!(v));
-            rows.push([
+            let mut row = Vec::with_capacity(BATCH_COLUMNS.len());
+            row.extend([
                 json!(seq),
                 json!(item.channel_id),
                 json!(key.1),
                 json!(serde_json::to_string(&item.sender.id).unwrap_or_default()),
-                name,
-                phone,
-                email,
-                photo,
-                url,
-                invite,
+            ]);
+            // name, phone, email, photo, url, invite
+            row.extend(sent.iter().map(|v| json!(v)));
+            row.extend([
                 json!(item.now),
                 json!(i64::from(typing)),
                 json!(i64::from(opens)),
@@ -348,6 +346,7 @@ impl Plan {
                 json!(item.event.payload.to_string()),
                 json!(item.event.at),
             ]);
+            rows.push(row);
         }
         Plan { steps, batch: rows }
     }
