@@ -346,7 +346,7 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NO
 /// How often the WAL is copied back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
-/// WAL pages past which the writer truncates the WAL (16 MiB of 4 KiB pages).
+/// WAL pages past which the writer starts the WAL over (16 MiB of 4 KiB pages).
 const WAL_LIMIT_PAGES: i64 = 4096;
 
 /// Copies the WAL back into the database file from a reader connection, in
@@ -355,8 +355,9 @@ const WAL_LIMIT_PAGES: i64 = 4096;
 /// commit waits for it too (p99 8 ms against 2 ms without). `PASSIVE` never
 /// waits for the writer. Under steady writes the WAL is never wholly copied
 /// at a moment a new transaction starts, so SQLite never starts it over:
-/// past [`WAL_LIMIT_PAGES`] the writer truncates it between two groups
-/// (cheap then: the pages are copied already).
+/// past [`WAL_LIMIT_PAGES`] the writer restarts it between two groups
+/// (cheap then: the pages are copied already; `RESTART` reuses the file
+/// where `TRUNCATE` also shrank it, which cost p999 15–20 ms against ~11).
 async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -373,8 +374,8 @@ async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
                 let Some(writer) = writer.upgrade() else {
                     return;
                 };
-                if let Err(e) = writer.truncate_wal().await {
-                    tracing::warn!(error = %e, "WAL truncation failed; retrying");
+                if let Err(e) = writer.restart_wal().await {
+                    tracing::warn!(error = %e, "WAL restart failed; retrying");
                 }
             }
             Ok(_) => {}

@@ -116,15 +116,15 @@ impl Group {
     }
 
     /// Commits what is pending, then copies the rest of the WAL into the
-    /// database file and empties it, between two groups.
-    pub(super) async fn truncate_wal(&self) -> Result<(), StoreError> {
+    /// database file so that the next group writes it from its start.
+    pub(super) async fn restart_wal(&self) -> Result<(), StoreError> {
         let mut writer = self.writer.lock().await;
         writer.flush().await;
         writer
             .conn
-            .execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute("PRAGMA wal_checkpoint(RESTART)")
             .await
-            .ctx("truncating the WAL")?;
+            .ctx("restarting the WAL")?;
         Ok(())
     }
 
