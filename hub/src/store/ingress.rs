@@ -4,8 +4,8 @@
 //!
 //! Why: on SQLite every statement, and every row it returns, is a hand-off
 //! to the driver's thread and back; that, not SQLite, was the cost of a
-//! message. Here a batch is one JSON parameter, copied once into a temporary
-//! table, and every step is one set-based statement over it.
+//! message. Here a batch is bound as rows of parameters, copied once into a
+//! temporary table, and every step is one set-based statement over it.
 //!
 //! The result is what writing the messages one by one, in order, would have
 //! done: a later message of the batch sees what the earlier ones wrote (the
@@ -72,10 +72,8 @@ pub async fn write_customer_messages(
     let plan = Plan::new(items, known);
     let slots = slots_for(items.len());
     let mut query = sqlx::query(write_script(slots));
-    for row in &plan.batch {
-        for value in row {
-            query = bind_value(query, value);
-        }
+    for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
+        query = bind_row(query, seq, item, step);
     }
     for _ in items.len()..slots {
         for _ in BATCH_COLUMNS {
@@ -241,17 +239,14 @@ async fn known_clients(
          AND k.external_key = json_extract(j.value, '$.k')))"
     );
     let statements = run_script(conn, &sql, Value::Array(keys).to_string()).await?;
-    let sequence = match statements.first().and_then(|rows| rows.first()) {
-        Some(row) => row
-            .try_get::<Option<i64>, _>(0)
-            .ctx("reading the visitor sequence")?
-            .ok_or_else(|| StoreError::Corrupt("the visitor sequence is missing".into()))?,
-        None => {
-            return Err(StoreError::Corrupt(
-                "the visitor sequence is missing".into(),
-            ));
-        }
-    };
+    let sequence = statements
+        .first()
+        .and_then(|rows| rows.first())
+        .map(|row| row.try_get::<Option<i64>, _>(0))
+        .transpose()
+        .ctx("reading the visitor sequence")?
+        .flatten()
+        .ok_or_else(|| StoreError::Corrupt("the visitor sequence is missing".into()))?;
     let rows: Vec<KnownRow> = json_cell(statements.first(), 1)?;
     let mut known = HashMap::with_capacity(rows.len());
     for (channel, key, name, phone, email, photo, url, invite, live) in rows {
@@ -267,11 +262,9 @@ async fn known_clients(
 }
 
 /// What each message will do, worked out in order from what the database
-/// held before the batch, and the batch parameter that carries it.
+/// held before the batch.
 struct Plan {
     steps: Vec<Step>,
-    /// One row of [`BATCH_COLUMNS`] per message.
-    batch: Vec<Vec<Value>>,
 }
 
 struct Step {
@@ -279,14 +272,15 @@ struct Step {
     profile_changed: bool,
     /// The client's profile after this message.
     profile: Profile,
+    /// A new client's visitor number.
+    number: Option<i64>,
 }
 
 impl Plan {
     fn new(items: &[&CustomerWrite], known: (HashMap<(i64, String), Known>, i64)) -> Plan {
         let (mut clients, mut sequence) = known;
         let mut steps = Vec::with_capacity(items.len());
-        let mut rows = Vec::with_capacity(items.len());
-        for (seq, item) in items.iter().enumerate() {
+        for item in items {
             let key = (item.channel_id, item.sender.id.as_key().to_owned());
             let sent = profile_of(&item.sender);
             // A new client takes the next visitor number; later messages of
@@ -324,31 +318,10 @@ impl Plan {
                 opens,
                 profile_changed,
                 profile,
+                number,
             });
-            let mut row = Vec::with_capacity(BATCH_COLUMNS.len());
-            row.extend([
-                json!(seq),
-                json!(item.channel_id),
-                json!(key.1),
-                json!(serde_json::to_string(&item.sender.id).unwrap_or_default()),
-            ]);
-            // name, phone, email, photo, url, invite
-            row.extend(sent.iter().map(|v| json!(v)));
-            row.extend([
-                json!(item.now),
-                json!(i64::from(typing)),
-                json!(i64::from(opens)),
-                json!(number),
-                json!(item.uid),
-                json!(item.body),
-                json!(item.event.id.to_string()),
-                json!(item.event.kind.as_str()),
-                json!(item.event.payload.to_string()),
-                json!(item.event.at),
-            ]);
-            rows.push(row);
         }
-        Plan { steps, batch: rows }
+        Plan { steps }
     }
 }
 
@@ -357,6 +330,33 @@ const BATCH_COLUMNS: [&str; 20] = [
     "seq", "ch", "k", "idj", "name", "phone", "email", "photo", "url", "invite", "now", "typing",
     "opens", "number", "uid", "body", "eid", "kind", "payload", "at",
 ];
+
+/// Binds one message as a row of [`BATCH_COLUMNS`].
+fn bind_row<'q>(query: Query<'q>, seq: usize, item: &CustomerWrite, step: &Step) -> Query<'q> {
+    let s = &item.sender;
+    query
+        .bind(seq as i64)
+        .bind(item.channel_id)
+        .bind(s.id.as_key().to_owned())
+        .bind(serde_json::to_string(&s.id).unwrap_or_default())
+        // The profile sent, not the merged one: the upsert merges it.
+        .bind(s.name.clone())
+        .bind(s.phone.clone())
+        .bind(s.email.clone())
+        .bind(s.photo.clone())
+        .bind(s.url.clone())
+        .bind(s.invite.clone())
+        .bind(item.now)
+        .bind(i64::from(item.body.is_none()))
+        .bind(i64::from(step.opens))
+        .bind(step.number)
+        .bind(item.uid.clone())
+        .bind(item.body.clone())
+        .bind(item.event.id.to_string())
+        .bind(item.event.kind.as_str().to_owned())
+        .bind(item.event.payload.to_string())
+        .bind(item.event.at)
+}
 
 /// Index of the statement of [`write_script`] whose rows are the result.
 const FINAL_STATEMENT: usize = 8;
@@ -443,15 +443,6 @@ fn build_write_script(slots: usize) -> String {
 }
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
-
-/// Binds a planned value with its SQL type.
-fn bind_value<'q>(query: Query<'q>, value: &Value) -> Query<'q> {
-    match value {
-        Value::Number(n) => query.bind(n.as_i64()),
-        Value::String(s) => query.bind(s.clone()),
-        _ => query.bind(None::<String>),
-    }
-}
 
 /// Runs a script of statements with one text parameter; the rows of each
 /// statement, in order.
