@@ -13,9 +13,11 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::core::batch::Batcher;
 use crate::core::door::Passage;
-use crate::core::ingress::{IngressWriter, Job, Written};
+use crate::core::ingress::{Ingress, Job, Written};
 use crate::core::live::{Live, LiveEvent};
+use crate::core::outcomes::Results;
 use crate::core::webhooks::{self, reply};
 use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
@@ -62,7 +64,9 @@ pub struct Conversations {
     /// Malformed reply fields left out, for `/metrics`.
     pub(super) reply_skips: reply::SkippedCounts,
     /// Where customer messages are stored, in batches.
-    ingress: IngressWriter,
+    ingress: Batcher<Ingress>,
+    /// Where delivery results are stored, in batches.
+    pub(super) results: Batcher<Results>,
 }
 
 impl Conversations {
@@ -80,7 +84,8 @@ impl Conversations {
             kick,
             safe_url,
             reply_skips: reply::SkippedCounts::default(),
-            ingress: IngressWriter::default(),
+            ingress: Batcher::default(),
+            results: Batcher::default(),
         })
     }
 
@@ -156,7 +161,11 @@ impl Conversations {
             event: routed.event,
             now: now_ms(),
         };
-        let job = Job::new(write, routed.forwards, routed.kv_writes);
+        let job = Job {
+            write,
+            forwards: routed.forwards,
+            kv_writes: routed.kv_writes,
+        };
         let Written { written, updated } = self.ingress.write(&self.store, job).await?;
         if has_forwards || updated {
             self.kick.kick();

@@ -4,6 +4,7 @@
 //! agents and CRM task reminders. It runs every event through the pipeline
 //! before it touches state.
 
+mod batch;
 pub mod conversations;
 pub mod door;
 mod ingress;

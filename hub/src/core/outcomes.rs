@@ -4,20 +4,24 @@
 //! receiver's answer, applies a `chat_accepted`/`chat_updated` reply to the
 //! chat, and is itself an event (`*.delivery_result`) plugins may watch.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::clock::now_ms;
-use crate::core::conversations::Conversations;
+use crate::core::batch::BatchWrite;
+use crate::core::conversations::{Conversations, CoreError};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::{BoxFuture, Final, Finisher, Staged};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Verdict, record_effects};
+use crate::runtime::{Forward, KvWrites};
 use crate::store::chats::{
     ContactUpdate, integration_of, set_client_contact, set_integration, set_message_delivery,
 };
 use crate::store::events::insert_event;
-use crate::store::outbox::{finish, set_response, unstage};
-use crate::store::{Chat, Claimed, DeliveryState, OutboxState, RowKind, StoreError};
+use crate::store::outbox::{Finished, MAX_FINISHED, finish, finish_many, set_response, unstage};
+use crate::store::{Chat, Claimed, Conn, DeliveryState, OutboxState, RowKind, StoreError};
 
 impl Finisher for Conversations {
     fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>> {
@@ -130,28 +134,53 @@ impl Finisher for Conversations {
                 _ => None,
             };
             let now = now_ms();
-            let mut w = self.store.begin_write().await?;
-            finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
-            if let Some(answer) = answer {
-                set_response(&mut w.tx, &row.id, answer).await?;
-            }
-            if let Some(message_id) = row.message_id {
-                set_message_delivery(&mut w.tx, message_id, state, error).await?;
-            }
+            let forwarded = !routed.forwards.is_empty();
             let shown = match &integration {
+                // The common case: written with whatever other results wait.
+                None => {
+                    let job = ResultJob {
+                        finished: Finished {
+                            seq: row.seq,
+                            state: outbox_state,
+                            error: error.map(str::to_owned),
+                            attempts: row.attempts,
+                            answer: answer.map(str::to_owned),
+                            message: row.message_id.map(|id| (id, state)),
+                            event,
+                            now,
+                        },
+                        forwards: routed.forwards,
+                        kv_writes: routed.kv_writes,
+                    };
+                    self.results
+                        .write(&self.store, job)
+                        .await
+                        .map_err(into_store_error)?;
+                    None
+                }
                 Some((chat, read)) => {
+                    let mut w = self.store.begin_write().await?;
+                    finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
+                    if let Some(answer) = answer {
+                        set_response(&mut w.tx, &row.id, answer).await?;
+                    }
+                    if let Some(message_id) = row.message_id {
+                        set_message_delivery(&mut w.tx, message_id, state, error).await?;
+                    }
                     // Operators find what was left out on the delivery itself.
                     for skipped in &read.skipped {
                         crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string())
                             .await?;
                     }
-                    Some(apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?)
+                    let shown =
+                        apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?;
+                    insert_event(&mut w.tx, &event).await?;
+                    record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now)
+                        .await?;
+                    w.commit().await?;
+                    Some(shown)
                 }
-                None => None,
             };
-            insert_event(&mut w.tx, &event).await?;
-            record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
-            w.commit().await?;
             // Logged and counted once committed, so a retried finish counts once.
             if let Some((_, read)) = &integration {
                 let event_name = row
@@ -169,7 +198,7 @@ impl Finisher for Conversations {
                     self.reply_skips.count(event_name, skipped.field);
                 }
             }
-            if !routed.forwards.is_empty() {
+            if forwarded {
                 self.kick.kick();
             }
             if let (Some(chat), Some(_)) = (&chat, row.message_id) {
@@ -203,4 +232,38 @@ async fn apply_integration(
     shown.merge(newer);
     set_integration(conn, chat.id, &shown).await?;
     Ok(shown)
+}
+
+/// A final result on its way to the database, with its plugins' effects.
+pub(super) struct ResultJob {
+    finished: Finished,
+    forwards: Vec<Forward>,
+    kv_writes: Vec<(Arc<str>, KvWrites)>,
+}
+
+/// Delivery results, written in batches (`store::outbox::finish_many`).
+pub(super) struct Results;
+
+impl BatchWrite for Results {
+    type Job = ResultJob;
+    type Done = ();
+    const MAX: usize = MAX_FINISHED;
+    const WHAT: &'static str = "delivery results";
+
+    async fn write(conn: &mut Conn, jobs: &mut [ResultJob]) -> Result<Vec<()>, CoreError> {
+        let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
+        finish_many(conn, &rows).await?;
+        for job in jobs.iter() {
+            let event = &job.finished.event;
+            record_effects(conn, event, &job.forwards, &job.kv_writes, job.finished.now).await?;
+        }
+        Ok(vec![(); jobs.len()])
+    }
+}
+
+fn into_store_error(e: CoreError) -> StoreError {
+    match e {
+        CoreError::Store(e) => e,
+        other => StoreError::Commit(other.to_string()),
+    }
 }

@@ -13,15 +13,18 @@
 
 use std::collections::HashMap;
 
-use futures_util::{Stream, StreamExt};
 use plugin_api::channel::CustomerSender;
 use serde_json::{Value, json};
-use sqlx::any::{AnyQueryResult, AnyRow};
-use sqlx::{AnyConnection, Either, Row};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 
+use super::batch::{Query, Scripts, run, run_script, slots_for, values};
 use super::chats::CLIENT_MERGE;
 use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError};
 use crate::event::Event;
+
+/// What failures of this module's statements say.
+const WHAT: &str = "storing customer messages";
 
 /// Largest batch the writer takes at once.
 pub const MAX_BATCH: usize = 128;
@@ -71,7 +74,7 @@ pub async fn write_customer_messages(
     let known = known_clients(conn, items).await?;
     let plan = Plan::new(items, known);
     let slots = slots_for(items.len());
-    let mut query = sqlx::query(write_script(slots));
+    let mut query = sqlx::query(WRITE_SCRIPTS.get(slots));
     for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
         query = bind_row(query, seq, item, step);
     }
@@ -80,7 +83,7 @@ pub async fn write_customer_messages(
             query = query.bind(None::<String>);
         }
     }
-    let statements = collect(sqlx::Executor::fetch_many(conn, query)).await?;
+    let statements = run(conn, query, WHAT).await?;
     let results: Vec<ResultRow> = json_cell(statements.get(FINAL_STATEMENT), 0)?;
     if results.len() != items.len() {
         return Err(StoreError::Corrupt(format!(
@@ -238,7 +241,7 @@ async fn known_clients(
          ON k.channel_id = json_extract(j.value, '$.ch') \
          AND k.external_key = json_extract(j.value, '$.k')))"
     );
-    let statements = run_script(conn, &sql, Value::Array(keys).to_string()).await?;
+    let statements = run_script(conn, &sql, Value::Array(keys).to_string(), WHAT).await?;
     let sequence = statements
         .first()
         .and_then(|rows| rows.first())
@@ -362,31 +365,11 @@ fn bind_row<'q>(query: Query<'q>, seq: usize, item: &CustomerWrite, step: &Step)
 const FINAL_STATEMENT: usize = 8;
 
 /// Second round trip: every write of the batch, then one row per message
-/// (`seq`, the client, its live chat, the message), in order. The batch
-/// is bound as `slots` rows of parameters, padded with NULL rows (which
-/// join no client) so that a few prepared scripts serve every batch size.
-fn write_script(slots: usize) -> &'static str {
-    static SCRIPTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let scripts = SCRIPTS.get_or_init(|| {
-        (0..=MAX_BATCH.trailing_zeros())
-            .map(|power| build_write_script(1 << power))
-            .collect()
-    });
-    let power = slots.trailing_zeros() as usize;
-    scripts.get(power).map(String::as_str).unwrap_or_default()
-}
-
-/// The smallest power of two that holds `n` messages.
-fn slots_for(n: usize) -> usize {
-    n.next_power_of_two()
-}
+/// (`seq`, the client, its live chat, the message), in order.
+static WRITE_SCRIPTS: Scripts = Scripts::new(MAX_BATCH, build_write_script);
 
 fn build_write_script(slots: usize) -> String {
-    let width = BATCH_COLUMNS.len();
-    // Anonymous `?` parameters: the driver looks each numbered one up by
-    // name, a scan of all the statement's names, which is quadratic here.
-    let row = format!("({})", vec!["?"; width].join(", "));
-    let values = vec![row; slots].join(", ");
+    let values = values(BATCH_COLUMNS.len(), slots);
     [
         // 0, 1, 2: the batch, in a table of this connection.
         "CREATE TEMP TABLE IF NOT EXISTS ingress_batch (seq INTEGER, ch INTEGER, \
@@ -440,32 +423,4 @@ fn build_write_script(slots: usize) -> String {
         "DELETE FROM temp.ingress_batch".to_owned(),
     ]
     .join(";\n")
-}
-
-type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
-
-/// Runs a script of statements with one text parameter; the rows of each
-/// statement, in order.
-async fn run_script(
-    conn: &mut AnyConnection,
-    sql: &str,
-    param: String,
-) -> Result<Vec<Vec<AnyRow>>, StoreError> {
-    let results = sqlx::Executor::fetch_many(conn, sqlx::query(sql).bind(param));
-    collect(results).await
-}
-
-async fn collect(
-    results: impl Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>,
-) -> Result<Vec<Vec<AnyRow>>, StoreError> {
-    let mut statements = Vec::new();
-    let mut current = Vec::new();
-    let mut results = std::pin::pin!(results);
-    while let Some(result) = results.next().await {
-        match result.ctx("storing customer messages")? {
-            Either::Right(row) => current.push(row),
-            Either::Left(_) => statements.push(std::mem::take(&mut current)),
-        }
-    }
-    Ok(statements)
 }

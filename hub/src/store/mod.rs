@@ -2,6 +2,7 @@
 //! embedded migrations, and the queries of each table group in its own file.
 
 mod agents;
+mod batch;
 pub mod calls;
 mod channels;
 pub mod chats;

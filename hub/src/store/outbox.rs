@@ -5,7 +5,9 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::{Ctx, Store, StoreError, flag};
+use super::batch::{self, Scripts, slots_for, values};
+use super::{Ctx, DeliveryState, Store, StoreError, flag};
+use crate::event::Event;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutboxState {
@@ -55,9 +57,8 @@ pub async fn set_response(
     id: &str,
     answer: &str,
 ) -> Result<(), StoreError> {
-    let kept: String = answer.chars().take(4096).collect();
     sqlx::query("UPDATE outbox SET response = $1 WHERE id = $2")
-        .bind(kept)
+        .bind(kept_answer(answer))
         .bind(id)
         .execute(conn)
         .await
@@ -409,6 +410,101 @@ pub async fn finish(
     Ok(())
 }
 
+/// A delivery's final result, as [`finish_many`] writes it.
+#[derive(Debug)]
+pub struct Finished {
+    /// The outbox row (`Claimed::seq`).
+    pub seq: i64,
+    pub state: OutboxState,
+    pub error: Option<String>,
+    /// How many HTTP attempts it had.
+    pub attempts: i64,
+    /// The receiver's answer, kept for operators.
+    pub answer: Option<String>,
+    /// The message whose delivery state this settles, and that state.
+    pub message: Option<(i64, DeliveryState)>,
+    /// The result's event-log row.
+    pub event: Event,
+    pub now: i64,
+}
+
+/// Largest batch of results [`finish_many`] takes.
+pub const MAX_FINISHED: usize = 128;
+
+/// Records final results in the caller's transaction, in one round trip
+/// however many there are: what [`finish`], [`set_response`],
+/// `set_message_delivery` and `insert_event` do for one.
+pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let slots = slots_for(rows.len());
+    let mut query = sqlx::query(FINISH_SCRIPTS.get(slots));
+    for (ord, row) in rows.iter().enumerate() {
+        let e = &row.event;
+        query = query
+            .bind(ord as i64)
+            .bind(row.seq)
+            .bind(row.state.as_str())
+            .bind(row.error.clone())
+            .bind(row.attempts)
+            .bind(row.answer.as_deref().map(kept_answer))
+            .bind(row.now)
+            .bind(row.message.map(|(id, _)| id))
+            .bind(row.message.map(|(_, state)| state.as_str()))
+            .bind(e.id.to_string())
+            .bind(e.kind.as_str().to_owned())
+            .bind(e.direction.as_str())
+            .bind(e.channel_id)
+            .bind(e.chat_id)
+            .bind(e.payload.to_string())
+            .bind(e.at);
+    }
+    for _ in rows.len()..slots {
+        for _ in 0..FINISH_COLUMNS {
+            query = query.bind(None::<String>);
+        }
+    }
+    batch::run(conn, query, "recording delivery results").await?;
+    Ok(())
+}
+
+const FINISH_COLUMNS: usize = 16;
+
+static FINISH_SCRIPTS: Scripts = Scripts::new(MAX_FINISHED, build_finish_script);
+
+fn build_finish_script(slots: usize) -> String {
+    let values = values(FINISH_COLUMNS, slots);
+    [
+        "CREATE TEMP TABLE IF NOT EXISTS finish_batch (ord INTEGER, seq INTEGER, \
+         state TEXT, error TEXT, attempts INTEGER, response TEXT, now INTEGER, mid INTEGER, \
+         mstate TEXT, eid TEXT, kind TEXT, dir TEXT, ch INTEGER, chat INTEGER, \
+         payload TEXT, at INTEGER)"
+            .to_owned(),
+        "DELETE FROM temp.finish_batch".to_owned(),
+        format!("INSERT INTO temp.finish_batch VALUES {values}"),
+        "UPDATE outbox SET state = b.state, last_error = COALESCE(b.error, outbox.last_error), \
+         lease_until = NULL, finished_at = b.now, attempts = b.attempts, \
+         response = COALESCE(b.response, outbox.response) \
+         FROM temp.finish_batch b WHERE outbox.seq = b.seq"
+            .to_owned(),
+        "UPDATE messages SET delivery_state = b.mstate, delivery_error = b.error \
+         FROM temp.finish_batch b WHERE messages.id = b.mid"
+            .to_owned(),
+        "INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+         SELECT eid, kind, dir, ch, chat, payload, at FROM temp.finish_batch \
+         WHERE eid IS NOT NULL ORDER BY ord"
+            .to_owned(),
+        "DELETE FROM temp.finish_batch".to_owned(),
+    ]
+    .join(";\n")
+}
+
+/// The start of a receiver's answer that operators see.
+fn kept_answer(answer: &str) -> String {
+    answer.chars().take(4096).collect()
+}
+
 impl Store {
     /// Leases up to `limit` rows that are due and not waiting behind an earlier
     /// row of the same order key. An earlier row holds its key while it is in
@@ -421,38 +517,44 @@ impl Store {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
+        static CLAIM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        // One statement: the rows it leases come back as they were before
+        // (attempts started before this claim, and no first attempt yet).
+        let sql = CLAIM.get_or_init(|| {
+            let returned = COLUMNS
+                .replace(
+                    "attempts, first_attempt_at",
+                    "attempts - 1 AS attempts, \
+                     CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END AS first_attempt_at",
+                );
+            format!(
+                "UPDATE outbox SET lease_until = $1, attempts = attempts + 1, \
+                 first_attempt_at = COALESCE(first_attempt_at, $2) WHERE seq IN ( \
+                 SELECT o.seq FROM outbox o WHERE o.state = 'pending' AND o.next_attempt_at <= $2 \
+                 AND (o.lease_until IS NULL OR o.lease_until < $2) \
+                 AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
+                                 AND p.state = 'pending' AND p.seq < o.seq \
+                                 AND (p.hold_until IS NULL OR p.hold_until > $2)) \
+                 ORDER BY o.seq LIMIT $3) RETURNING {returned}"
+            )
+        });
         let mut w = self.begin_write().await?;
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM outbox o WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
-             AND (o.lease_until IS NULL OR o.lease_until < $1) \
-             AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
-                             AND p.state = 'pending' AND p.seq < o.seq \
-                             AND (p.hold_until IS NULL OR p.hold_until > $1)) \
-             ORDER BY o.seq LIMIT $2"
-        ))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut *w.tx)
-        .await
-        .ctx("finding due deliveries")?;
+        let rows = sqlx::query(sql)
+            .bind(now + lease_ms)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *w.tx)
+            .await
+            .ctx("leasing due deliveries")?;
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let c = from_row(row).ctx("reading a delivery")?;
-            sqlx::query(
-                "UPDATE outbox SET lease_until = $1, attempts = attempts + 1, \
-                 first_attempt_at = COALESCE(first_attempt_at, $2) WHERE seq = $3",
-            )
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(c.seq)
-            .execute(&mut *w.tx)
-            .await
-            .ctx("leasing a delivery")?;
-            claimed.push(c);
-        }
+        let mut claimed = rows
+            .iter()
+            .map(from_row)
+            .collect::<Result<Vec<_>, _>>()
+            .ctx("reading a delivery")?;
+        claimed.sort_by_key(|c| c.seq);
         w.commit().await?;
         Ok(claimed)
     }

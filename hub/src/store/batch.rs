@@ -1,0 +1,92 @@
+//! What the batch writers (`ingress.rs`, the delivery results in
+//! `outbox.rs`) share: a batch bound as rows of anonymous parameters,
+//! scripts prepared per power-of-two batch size, and a script's rows
+//! collected per statement in one round trip.
+
+use futures_util::{Stream, StreamExt};
+use sqlx::any::{AnyQueryResult, AnyRow};
+use sqlx::{AnyConnection, Either};
+
+use super::{Ctx, StoreError};
+
+pub(super) type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// The smallest power of two that holds `n` rows: a batch is padded to it
+/// (with NULL rows the statements skip), so a few prepared scripts serve
+/// every batch size.
+pub(super) fn slots_for(n: usize) -> usize {
+    n.next_power_of_two()
+}
+
+/// `slots` rows of `width` parameters, for a `VALUES` list.
+///
+/// Anonymous `?` parameters: the driver looks each numbered one up by name,
+/// a scan of all the statement's names, which is quadratic in a batch.
+pub(super) fn values(width: usize, slots: usize) -> String {
+    let row = format!("({})", vec!["?"; width].join(", "));
+    vec![row; slots].join(", ")
+}
+
+/// The scripts for batches of 1, 2, 4 … `max` rows, built once by `build`.
+pub(super) struct Scripts {
+    built: std::sync::OnceLock<Vec<String>>,
+    build: fn(usize) -> String,
+    max: usize,
+}
+
+impl Scripts {
+    pub(super) const fn new(max: usize, build: fn(usize) -> String) -> Scripts {
+        Scripts {
+            built: std::sync::OnceLock::new(),
+            build,
+            max,
+        }
+    }
+
+    /// The script for `slots` rows (a power of two up to `max`).
+    pub(super) fn get(&self, slots: usize) -> &str {
+        let scripts = self.built.get_or_init(|| {
+            (0..=self.max.trailing_zeros())
+                .map(|power| (self.build)(1 << power))
+                .collect()
+        });
+        let power = slots.trailing_zeros() as usize;
+        scripts.get(power).map(String::as_str).unwrap_or_default()
+    }
+}
+
+/// Runs a script of statements with one text parameter; the rows of each
+/// statement, in order.
+pub(super) async fn run_script(
+    conn: &mut AnyConnection,
+    sql: &str,
+    param: String,
+    what: &'static str,
+) -> Result<Vec<Vec<AnyRow>>, StoreError> {
+    run(conn, sqlx::query(sql).bind(param), what).await
+}
+
+/// Runs a bound script in one round trip; the rows of each statement, in order.
+pub(super) async fn run(
+    conn: &mut AnyConnection,
+    query: Query<'_>,
+    what: &'static str,
+) -> Result<Vec<Vec<AnyRow>>, StoreError> {
+    collect(sqlx::Executor::fetch_many(conn, query), what).await
+}
+
+async fn collect(
+    results: impl Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>,
+    what: &'static str,
+) -> Result<Vec<Vec<AnyRow>>, StoreError> {
+    let mut statements = Vec::new();
+    let mut current = Vec::new();
+    let mut results = std::pin::pin!(results);
+    while let Some(result) = results.next().await {
+        match result.ctx(what)? {
+            Either::Right(row) => current.push(row),
+            Either::Left(_) => statements.push(std::mem::take(&mut current)),
+        }
+    }
+    Ok(statements)
+}
