@@ -588,6 +588,65 @@ async fn two_agents_taking_a_chat_at_once_do_not_both_win() {
 }
 
 #[tokio::test]
+async fn replies_from_two_agents_at_once_go_out_only_for_the_one_who_took_the_chat() {
+    let office = Office::open().await;
+    for sender in 1..=5 {
+        let chat = office.chat_from(&office.web, &office.ann, sender).await;
+        let before = office.integrator.requests().len();
+        // Six replies at once: they reach the writer together, mostly in one batch.
+        let replies = [
+            &office.ann,
+            &office.bob,
+            &office.ann,
+            &office.bob,
+            &office.ann,
+            &office.bob,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, agent)| async move {
+            let (status, _) = act(agent, chat, "messages", text(&format!("reply {i}"))).await;
+            (agent.id, i, status)
+        });
+        let answers = futures_util::future::join_all(replies).await;
+        let winner = office.ann.chat(chat).await["chat"]["agent_id"]
+            .as_i64()
+            .expect("an open chat replied to is accepted");
+        for (agent, i, status) in &answers {
+            let expected = if *agent == winner { 201 } else { 409 };
+            assert_eq!(
+                *status, expected,
+                "chat {chat}, reply {i} by agent {agent}: {answers:?}"
+            );
+        }
+        let sent: Vec<String> = office
+            .integrator
+            .wait_for(before + 3, WAIT)
+            .await
+            .iter()
+            .skip(before)
+            .filter_map(|r| r.json()["message"]["text"].as_str().map(str::to_owned))
+            .collect();
+        let mut expected: Vec<String> = answers
+            .iter()
+            .filter(|(agent, _, _)| *agent == winner)
+            .map(|(_, i, _)| format!("reply {i}"))
+            .collect();
+        let mut got = sent.clone();
+        got.sort();
+        expected.sort();
+        assert_eq!(got, expected, "chat {chat}: what the integrator received");
+        let stored = messages(&office.ann, chat).await;
+        assert_eq!(
+            stored.len(),
+            4,
+            "chat {chat}: the customer's message and three replies"
+        );
+    }
+    office.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_hub_serves_its_openapi_document() {
     let hub = TestHub::start().await;
     let resp = hub

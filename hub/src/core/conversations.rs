@@ -18,14 +18,15 @@ use crate::core::door::Passage;
 use crate::core::ingress::{Ingress, Job, Written};
 use crate::core::live::{Live, LiveEvent};
 use crate::core::outcomes::Results;
+use crate::core::outgoing::{Job as OutgoingJob, Outgoing, writable};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
-use crate::store::chats::{NewMessage, chat_in_tx, insert_message, set_chat_state};
+use crate::store::chats::{chat_in_tx, set_chat_state};
 use crate::store::events::insert_event;
 use crate::store::ingress::{CustomerWrite, CustomerWritten};
-use crate::store::outbox::enqueue;
+use crate::store::outgoing::OutgoingWrite;
 use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Client, DeliveryState, MessageRow, NewDelivery, Store,
     StoreError, WriteTx,
@@ -67,6 +68,8 @@ pub struct Conversations {
     ingress: Batcher<Ingress>,
     /// Where delivery results are stored, in batches.
     pub(super) results: Batcher<Results>,
+    /// Where agent messages are stored, in batches.
+    outgoing: Batcher<Outgoing>,
 }
 
 impl Conversations {
@@ -86,6 +89,7 @@ impl Conversations {
             reply_skips: reply::SkippedCounts::default(),
             ingress: Batcher::default(),
             results: Batcher::default(),
+            outgoing: Batcher::default(),
         })
     }
 
@@ -399,7 +403,7 @@ impl Conversations {
         message: Message,
     ) -> Result<Option<MessageRow>, CoreError> {
         let chat = self.visible_chat(agent, chat_id).await?;
-        writable_by(&chat, agent)?;
+        writable(&chat, Some(agent.id))?;
         let channel = self
             .store
             .channel_by_id(chat.channel_id)
@@ -478,64 +482,19 @@ impl Conversations {
         } else {
             wire
         };
-        let event = &routed.event;
         let now = now_ms();
-        let mut w = self.store.begin_write().await?;
-        // Check again under the write turn: another agent may have accepted
-        // or closed the chat since it was read.
-        let chat = chat_in_tx(&mut w.tx, chat.id)
-            .await?
-            .ok_or(CoreError::NotFound)?;
         let agent = match by {
-            By::Agent(agent) => {
-                writable_by(&chat, agent)?;
-                Some(agent)
-            }
-            By::Auto if chat.state == ChatState::Closed => {
-                return Err(CoreError::Conflict("the chat is closed".into()));
-            }
+            By::Agent(agent) => Some(agent),
             By::Auto => None,
         };
-        let accepting = match agent {
-            Some(agent) if chat.state == ChatState::Open => {
-                set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now)
-                    .await?;
-                webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
-                Some(agent.id)
-            }
-            _ => None,
-        };
-        let stored = if typing {
+        let stored_body = if typing {
             None
         } else {
             let body = serde_json::to_value(&wire.message)
                 .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
-            Some(
-                insert_message(
-                    &mut w.tx,
-                    NewMessage {
-                        uid: &uid,
-                        chat_id: chat.id,
-                        author: if agent.is_some() {
-                            Author::Agent
-                        } else {
-                            Author::Auto
-                        },
-                        agent_id: agent.map(|a| a.id),
-                        body: &body,
-                        delivery: Some(if answered {
-                            DeliveryState::Delivered
-                        } else {
-                            DeliveryState::Pending
-                        }),
-                        now,
-                    },
-                )
-                .await?,
-            )
+            Some(body)
         };
-        record_in(&mut w.tx, &routed, now).await?;
-        // A typing notice has no message: it gets the one-try policy.
+        let event = routed.event;
         let delivery = NewDelivery::channel_message(
             event.id,
             event.kind.as_str(),
@@ -547,18 +506,54 @@ impl Conversations {
             event.payload.to_string(),
             channel.chunked,
             chat.id,
-            stored.as_ref().map(|m| m.id),
+            typing,
         );
-        if !answered {
-            enqueue(&mut w.tx, &delivery, now).await?;
-        }
-        w.commit().await?;
+        let author = if agent.is_some() {
+            Author::Agent
+        } else {
+            Author::Auto
+        };
+        let job = OutgoingJob {
+            write: OutgoingWrite {
+                chat_id: chat.id,
+                uid: uid.clone(),
+                author,
+                agent_id: agent.map(|a| a.id),
+                body: stored_body.as_ref().map(|b| b.to_string()),
+                answered,
+                event,
+                delivery,
+                now,
+            },
+            agent: agent.map(|a| a.id),
+            forwards: routed.forwards,
+            kv_writes: routed.kv_writes,
+        };
+        let sent = self.outgoing.write(&self.store, job).await??;
         self.kick.kick();
+        let chat = sent.chat;
+        let accepting = sent.accepted.then_some(chat.agent_id).flatten();
+        let stored = match (sent.message_id, stored_body) {
+            (Some(id), Some(body)) => Some(MessageRow {
+                id,
+                uid,
+                chat_id: chat.id,
+                author,
+                agent_id: agent.map(|a| a.id),
+                body,
+                delivery: Some(if answered {
+                    DeliveryState::Delivered
+                } else {
+                    DeliveryState::Pending
+                }),
+                delivery_error: None,
+                created_at: now,
+            }),
+            _ => None,
+        };
 
         if let Some(agent_id) = accepting {
-            let mut accepted = chat.clone();
-            accepted.state = ChatState::Accepted;
-            accepted.agent_id = Some(agent_id);
+            let accepted = chat.clone();
             self.publish(
                 &accepted,
                 "chat.accepted",
@@ -578,17 +573,6 @@ impl Conversations {
             chat_id: chat.id,
             data,
         });
-    }
-}
-
-/// Refuses a message to a closed chat or to one another agent accepted.
-fn writable_by(chat: &Chat, agent: &Agent) -> Result<(), CoreError> {
-    match (chat.state, chat.agent_id) {
-        (ChatState::Closed, _) => Err(CoreError::Conflict("the chat is closed".into())),
-        (ChatState::Accepted, Some(id)) if id != agent.id => Err(CoreError::Conflict(
-            "the chat belongs to another agent".into(),
-        )),
-        _ => Ok(()),
     }
 }
 

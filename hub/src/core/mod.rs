@@ -12,6 +12,7 @@ pub mod integration;
 pub mod live;
 pub mod offline;
 pub mod outcomes;
+mod outgoing;
 pub mod provisioning;
 pub mod reminders;
 pub mod webhooks;

@@ -5,7 +5,7 @@
 
 use futures_util::{Stream, StreamExt};
 use sqlx::any::{AnyQueryResult, AnyRow};
-use sqlx::{AnyConnection, Either};
+use sqlx::{AnyConnection, Either, Row};
 
 use super::{Ctx, StoreError};
 
@@ -53,6 +53,23 @@ impl Scripts {
         let power = slots.trailing_zeros() as usize;
         scripts.get(power).map(String::as_str).unwrap_or_default()
     }
+}
+
+/// Reads column `column` of the one row of a statement as JSON: results come
+/// back aggregated (`json_group_array`), one row per statement, because every
+/// row is a hand-off between the driver's thread and ours.
+pub(super) fn json_cell<T: serde::de::DeserializeOwned>(
+    rows: Option<&Vec<AnyRow>>,
+    column: usize,
+) -> Result<T, StoreError> {
+    let Some(row) = rows.and_then(|rows| rows.first()) else {
+        return Err(StoreError::Corrupt(
+            "a batch statement returned no row".into(),
+        ));
+    };
+    let text: Option<String> = row.try_get(column).ctx("reading a batch result")?;
+    serde_json::from_str(text.as_deref().unwrap_or("[]"))
+        .map_err(|e| StoreError::Corrupt(format!("a batch result: {e}")))
 }
 
 /// Runs a script of statements with one text parameter; the rows of each

@@ -91,7 +91,7 @@ pub enum Author {
 }
 
 impl Author {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Author::Client => "client",
             Author::Agent => "agent",

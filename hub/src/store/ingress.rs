@@ -15,10 +15,9 @@ use std::collections::HashMap;
 
 use plugin_api::channel::CustomerSender;
 use serde_json::{Value, json};
-use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::batch::{Query, Scripts, run, run_script, slots_for, values};
+use super::batch::{Query, Scripts, json_cell, run, run_script, slots_for, values};
 use super::chats::CLIENT_MERGE;
 use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError};
 use crate::event::Event;
@@ -187,23 +186,6 @@ type KnownRow = (
     Option<String>,
     i64,
 );
-
-/// Reads column `column` of the one row of a statement as JSON: results come
-/// back aggregated (`json_group_array`), one row per statement, because every
-/// row is a hand-off between the driver's thread and ours.
-fn json_cell<T: serde::de::DeserializeOwned>(
-    rows: Option<&Vec<AnyRow>>,
-    column: usize,
-) -> Result<T, StoreError> {
-    let Some(row) = rows.and_then(|rows| rows.first()) else {
-        return Err(StoreError::Corrupt(
-            "a batch statement returned no row".into(),
-        ));
-    };
-    let text: Option<String> = row.try_get(column).ctx("reading a batch result")?;
-    serde_json::from_str(text.as_deref().unwrap_or("[]"))
-        .map_err(|e| StoreError::Corrupt(format!("a batch result: {e}")))
-}
 
 /// A client as the batch found it: its profile and whether it has a live chat.
 struct Known {

@@ -12,6 +12,7 @@ pub mod ingress;
 pub mod kv;
 pub mod offline;
 pub mod outbox;
+pub mod outgoing;
 pub mod webhooks;
 mod writer;
 

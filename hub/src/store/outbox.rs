@@ -154,8 +154,9 @@ impl RowKind {
 }
 
 impl NewDelivery {
-    /// An agent's message (or typing notice, `message_id` `None`) to the
-    /// integrator: in order per chat, sent as queued.
+    /// An agent's message (or typing notice) to the integrator: in order
+    /// per chat, sent as queued. The message's id is filled in when it is
+    /// stored with it (`store::outgoing`).
     pub fn channel_message(
         event_id: uuid::Uuid,
         kind: &str,
@@ -163,23 +164,23 @@ impl NewDelivery {
         body: String,
         chunked: bool,
         chat_id: i64,
-        message_id: Option<i64>,
+        typing: bool,
     ) -> NewDelivery {
         NewDelivery {
             id: uuid::Uuid::now_v7(),
             event_id,
             kind: kind.to_owned(),
-            policy: if message_id.is_some() {
-                POLICY_CHANNEL
-            } else {
+            policy: if typing {
                 POLICY_TYPING
+            } else {
+                POLICY_CHANNEL
             }
             .to_owned(),
             target_url,
             body,
             chunked,
             order_key: Some(format!("chat:{chat_id}")),
-            message_id,
+            message_id: None,
             chat_id: Some(chat_id),
             staged: false,
             secret: None,

@@ -1,0 +1,119 @@
+//! The agent-message writer: agents' messages and typing notices, and the
+//! replies plugins send on the hub's behalf, that passed the pipeline queue
+//! to a [`Batcher`](super::batch::Batcher) and are stored as many at a time
+//! as are waiting (`store::outgoing`), each with its outbox row.
+//!
+//! Invariants: whether the chat may be written is decided on its state in
+//! the writing transaction, after the messages before it in the batch (an
+//! agent's first reply accepts an open chat, so a second agent's reply in
+//! the same batch is refused); a refused message fails alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::core::batch::BatchWrite;
+use crate::core::conversations::CoreError;
+use crate::core::webhooks;
+use crate::pipeline::record_effects;
+use crate::runtime::{Forward, KvWrites};
+use crate::store::chats::set_chat_state;
+use crate::store::outgoing::{MAX_OUTGOING, OutgoingWrite, chats_by_ids, write_outgoing};
+use crate::store::{Chat, ChatState, Conn};
+
+/// A message on its way to the database, with its plugins' effects.
+pub(super) struct Job {
+    pub(super) write: OutgoingWrite,
+    /// `None` for a reply on the hub's behalf (no agent to check).
+    pub(super) agent: Option<i64>,
+    pub(super) forwards: Vec<Forward>,
+    pub(super) kv_writes: Vec<(Arc<str>, KvWrites)>,
+}
+
+/// What storing one message did.
+#[derive(Debug)]
+pub(super) struct Sent {
+    /// The chat as the message left it.
+    pub(super) chat: Chat,
+    /// Whether this message accepted the chat for its agent.
+    pub(super) accepted: bool,
+    pub(super) message_id: Option<i64>,
+}
+
+/// Agent messages, written in batches.
+pub(super) struct Outgoing;
+
+impl BatchWrite for Outgoing {
+    type Job = Job;
+    type Done = Result<Sent, CoreError>;
+    const MAX: usize = MAX_OUTGOING;
+    const WHAT: &'static str = "agent messages";
+
+    async fn write(conn: &mut Conn, jobs: &mut [Job]) -> Result<Vec<Self::Done>, CoreError> {
+        let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
+        let mut chats: HashMap<i64, Chat> = chats_by_ids(conn, &ids).await?;
+        let mut decided = Vec::with_capacity(jobs.len());
+        for job in jobs.iter() {
+            let now = job.write.now;
+            let Some(chat) = chats.get_mut(&job.write.chat_id) else {
+                decided.push(Err(CoreError::NotFound));
+                continue;
+            };
+            if let Err(e) = writable(chat, job.agent) {
+                decided.push(Err(e));
+                continue;
+            }
+            let accepted = match job.agent {
+                Some(agent) if chat.state == ChatState::Open => {
+                    set_chat_state(conn, chat.id, ChatState::Accepted, Some(agent), now).await?;
+                    webhooks::queue_chat_event(conn, chat.id, true, now).await?;
+                    chat.state = ChatState::Accepted;
+                    chat.agent_id = Some(agent);
+                    chat.accepted_at = Some(now);
+                    true
+                }
+                _ => false,
+            };
+            if job.write.body.is_some() {
+                chat.last_message_at = now;
+            }
+            decided.push(Ok((chat.clone(), accepted)));
+        }
+        let writes: Vec<&OutgoingWrite> = jobs
+            .iter()
+            .zip(&decided)
+            .filter(|(_, d)| d.is_ok())
+            .map(|(j, _)| &j.write)
+            .collect();
+        let mut message_ids = write_outgoing(conn, &writes).await?.into_iter();
+        let mut results = Vec::with_capacity(jobs.len());
+        for (job, decided) in jobs.iter().zip(decided) {
+            let result = match decided {
+                Ok((chat, accepted)) => {
+                    let write = &job.write;
+                    record_effects(conn, &write.event, &job.forwards, &job.kv_writes, write.now)
+                        .await?;
+                    Ok(Sent {
+                        chat,
+                        accepted,
+                        message_id: message_ids.next().flatten(),
+                    })
+                }
+                Err(e) => Err(e),
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+}
+
+/// Refuses a message to a closed chat, or an agent's to a chat another
+/// agent accepted.
+pub(super) fn writable(chat: &Chat, agent: Option<i64>) -> Result<(), CoreError> {
+    match (chat.state, chat.agent_id, agent) {
+        (ChatState::Closed, _, _) => Err(CoreError::Conflict("the chat is closed".into())),
+        (ChatState::Accepted, Some(owner), Some(agent)) if owner != agent => Err(
+            CoreError::Conflict("the chat belongs to another agent".into()),
+        ),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,175 @@
+//! Agent messages and typing notices (and a plugin's automatic replies)
+//! written in batches: each message, its event-log row and the outbox row
+//! that delivers it, for a whole batch in one round trip.
+//!
+//! Why: as for customer messages (`ingress.rs`), every statement is a
+//! hand-off to the driver's thread and back; one script per batch replaces
+//! six statements per message.
+
+use std::collections::HashMap;
+
+use sqlx::AnyConnection;
+
+use super::batch::{Query, Scripts, json_cell, run, slots_for, values};
+use super::chats::{CHAT_COLUMNS, chat_from_row};
+use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError};
+use crate::event::Event;
+
+/// Largest batch the writer takes at once.
+pub const MAX_OUTGOING: usize = 128;
+
+/// One message (or typing notice) to a customer.
+#[derive(Debug)]
+pub struct OutgoingWrite {
+    pub chat_id: i64,
+    pub uid: String,
+    pub author: Author,
+    pub agent_id: Option<i64>,
+    /// The channel `message` object as stored; `None` for a typing notice.
+    pub body: Option<String>,
+    /// Answered by a plugin in the integrator's place: delivered already,
+    /// and `delivery` is not queued.
+    pub answered: bool,
+    /// Its event-log row.
+    pub event: Event,
+    /// The request to the integrator (its `message_id` is filled in here).
+    pub delivery: NewDelivery,
+    pub now: i64,
+}
+
+/// The chats of a batch as the transaction sees them.
+pub async fn chats_by_ids(
+    conn: &mut AnyConnection,
+    ids: &[i64],
+) -> Result<HashMap<i64, Chat>, StoreError> {
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    let rows = sqlx::query(&format!(
+        "SELECT {CHAT_COLUMNS} FROM chats WHERE id IN (SELECT value FROM json_each($1))"
+    ))
+    .bind(list)
+    .fetch_all(conn)
+    .await
+    .ctx("looking up chats")?;
+    rows.iter()
+        .map(|row| chat_from_row(row).map(|chat| (chat.id, chat)))
+        .collect()
+}
+
+/// Stores `items` in order in the caller's transaction; the id of each
+/// stored message (`None` for typing).
+pub async fn write_outgoing(
+    conn: &mut AnyConnection,
+    items: &[&OutgoingWrite],
+) -> Result<Vec<Option<i64>>, StoreError> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let slots = slots_for(items.len());
+    let mut query = sqlx::query(SCRIPTS.get(slots));
+    for (ord, item) in items.iter().enumerate() {
+        query = bind_row(query, ord, item);
+    }
+    for _ in items.len()..slots {
+        for _ in 0..COLUMNS {
+            query = query.bind(None::<String>);
+        }
+    }
+    let statements = run(conn, query, "storing agent messages").await?;
+    let ids: Vec<(i64, Option<i64>)> = json_cell(statements.get(RESULT_STATEMENT), 0)?;
+    if ids.len() != items.len() {
+        return Err(StoreError::Corrupt(format!(
+            "the batch script returned {} results for {} messages",
+            ids.len(),
+            items.len()
+        )));
+    }
+    Ok(ids.into_iter().map(|(_, id)| id).collect())
+}
+
+const COLUMNS: usize = 24;
+
+fn bind_row<'q>(query: Query<'q>, ord: usize, item: &OutgoingWrite) -> Query<'q> {
+    let e = &item.event;
+    let d = &item.delivery;
+    let state = if item.answered {
+        DeliveryState::Delivered
+    } else {
+        DeliveryState::Pending
+    };
+    query
+        .bind(ord as i64)
+        .bind(item.uid.clone())
+        .bind(item.chat_id)
+        .bind(item.author.as_str())
+        .bind(item.agent_id)
+        .bind(item.body.clone())
+        .bind(state.as_str())
+        .bind(item.now)
+        .bind(e.id.to_string())
+        .bind(e.kind.as_str().to_owned())
+        .bind(e.direction.as_str())
+        .bind(e.channel_id)
+        .bind(e.payload.to_string())
+        .bind(e.at)
+        // The outbox row, unless a plugin answered.
+        .bind((!item.answered).then(|| d.id.to_string()))
+        .bind(d.event_id.to_string())
+        .bind(d.kind.clone())
+        .bind(d.policy.clone())
+        .bind(d.target_url.clone())
+        .bind(d.body.clone())
+        .bind(i64::from(d.chunked))
+        .bind(d.order_key.clone())
+        .bind(i64::from(d.staged))
+        .bind(d.secret.clone())
+}
+
+/// Index of the statement of the script whose row is the result.
+const RESULT_STATEMENT: usize = 7;
+
+static SCRIPTS: Scripts = Scripts::new(MAX_OUTGOING, build_script);
+
+fn build_script(slots: usize) -> String {
+    let values = values(COLUMNS, slots);
+    [
+        // 0, 1, 2: the batch, in a table of this connection.
+        "CREATE TEMP TABLE IF NOT EXISTS outgoing_batch (ord INTEGER, uid TEXT, chat INTEGER, \
+         author TEXT, agent INTEGER, body TEXT, dstate TEXT, now INTEGER, eid TEXT, kind TEXT, \
+         dir TEXT, ch INTEGER, payload TEXT, at INTEGER, oid TEXT, oevent TEXT, okind TEXT, \
+         policy TEXT, url TEXT, obody TEXT, chunked INTEGER, okey TEXT, staged INTEGER, \
+         secret TEXT)"
+            .to_owned(),
+        "DELETE FROM temp.outgoing_batch".to_owned(),
+        format!("INSERT INTO temp.outgoing_batch VALUES {values}"),
+        // 3: the messages (a typing notice has none).
+        "INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, created_at) \
+         SELECT uid, chat, author, agent, body, dstate, now FROM temp.outgoing_batch \
+         WHERE body IS NOT NULL ORDER BY ord"
+            .to_owned(),
+        // 4: the chats they touched.
+        "UPDATE chats SET last_message_at = (SELECT MAX(b.now) FROM temp.outgoing_batch b \
+         WHERE b.chat = chats.id AND b.body IS NOT NULL) \
+         WHERE id IN (SELECT chat FROM temp.outgoing_batch WHERE body IS NOT NULL)"
+            .to_owned(),
+        // 5: the event-log rows.
+        "INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+         SELECT eid, kind, dir, ch, chat, payload, at FROM temp.outgoing_batch \
+         WHERE eid IS NOT NULL ORDER BY ord"
+            .to_owned(),
+        // 6: the requests to the integrators, with the message each delivers.
+        "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, order_key, \
+         message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, secret) \
+         SELECT b.oid, b.oevent, b.okind, b.policy, b.url, b.obody, b.chunked, b.okey, \
+         m.id, b.chat, 'pending', 0, b.now, b.now, b.staged, b.secret \
+         FROM temp.outgoing_batch b LEFT JOIN messages m ON m.uid = b.uid AND b.body IS NOT NULL \
+         WHERE b.oid IS NOT NULL ORDER BY b.ord"
+            .to_owned(),
+        // 7: the result, one JSON array of [ord, message id].
+        "SELECT json_group_array(json_array(b.ord, m.id) ORDER BY b.ord) \
+         FROM temp.outgoing_batch b LEFT JOIN messages m ON m.uid = b.uid AND b.body IS NOT NULL \
+         WHERE b.ord IS NOT NULL"
+            .to_owned(),
+        "DELETE FROM temp.outgoing_batch".to_owned(),
+    ]
+    .join(";\n")
+}
