@@ -281,17 +281,10 @@ impl Conversations {
 
     /// A chat the agent may see, or `NotFound` (also for chats of other channels).
     pub async fn visible_chat(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
-        let chat = self
-            .store
-            .chat_by_id(chat_id)
+        self.store
+            .chat_visible_to(chat_id, &agent.email)
             .await?
-            .ok_or(CoreError::NotFound)?;
-        let channels = self.store.agent_channel_ids(&agent.email).await?;
-        if channels.contains(&chat.channel_id) {
-            Ok(chat)
-        } else {
-            Err(CoreError::NotFound)
-        }
+            .ok_or(CoreError::NotFound)
     }
 
     /// Accepts a chat the agent may see; `routed` is the `agent.accept`
@@ -567,10 +560,20 @@ impl Conversations {
     }
 
     pub(crate) fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
+        self.publish_to(chat.channel_id, chat.id, kind, data);
+    }
+
+    pub(crate) fn publish_to(
+        &self,
+        channel_id: i64,
+        chat_id: i64,
+        kind: &'static str,
+        data: serde_json::Value,
+    ) {
         self.live.publish(LiveEvent {
             kind,
-            channel_id: chat.channel_id,
-            chat_id: chat.id,
+            channel_id,
+            chat_id,
             data,
         });
     }

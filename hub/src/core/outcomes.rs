@@ -94,10 +94,6 @@ impl Finisher for Conversations {
                     None,
                 ),
             };
-            let chat = match row.chat_id {
-                Some(id) => self.store.chat_by_id(id).await?,
-                None => None,
-            };
             let row_kind = row.row_kind();
             let webhook = row_kind.is_webhook();
             let kind = match row_kind {
@@ -117,17 +113,24 @@ impl Finisher for Conversations {
                 payload["answer"] = json!(answer);
             }
             let mut event = Event::new(kind, Direction::In, payload.clone());
-            event.channel_id = chat.as_ref().map(|c| c.channel_id);
+            event.channel_id = row.channel_id;
             event.chat_id = row.chat_id;
             // The result is a fact: plugins may watch and forward it, not change it.
             let routed = self.pipeline.run(event.clone()).await;
-            let integration = match (answer, &chat) {
-                (Some(answer), Some(chat))
+            // Only a reply to these is shown to the agent: read the chat for it.
+            let chat = match (answer, row.chat_id) {
+                (Some(_), Some(id))
                     if matches!(
                         row.kind.as_str(),
                         "webhook.chat_accepted" | "webhook.chat_updated"
                     ) =>
                 {
+                    self.store.chat_by_id(id).await?
+                }
+                _ => None,
+            };
+            let integration = match (answer, &chat) {
+                (Some(answer), Some(chat)) => {
                     reply::read(answer, reply::host_of(&row.target_url), self.safe_url)
                         .map(|r| (chat, r))
                 }
@@ -201,8 +204,10 @@ impl Finisher for Conversations {
             if forwarded {
                 self.kick.kick();
             }
-            if let (Some(chat), Some(_)) = (&chat, row.message_id) {
-                self.publish(chat, "message.delivery", payload);
+            if let (Some(channel_id), Some(chat_id), Some(_)) =
+                (row.channel_id, row.chat_id, row.message_id)
+            {
+                self.publish_to(channel_id, chat_id, "message.delivery", payload);
             }
             if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
                 self.publish(chat, "chat.integration", json!({ "integration": shown }));

@@ -170,13 +170,21 @@ impl Store {
         self.with_agents(row).await
     }
 
+    /// A channel by id, from the same cache as [`channel_by_public_id`](Store::channel_by_public_id).
     pub async fn channel_by_id(&self, id: i64) -> Result<Option<Channel>, StoreError> {
+        if let Some(channel) = self.channel_cache.get_by_id(id) {
+            return Ok(Some(channel));
+        }
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM channels WHERE id = $1"))
             .bind(id)
             .fetch_optional(self.pool())
             .await
             .ctx("looking up a channel")?;
-        self.with_agents(row).await
+        let found = self.with_agents(row).await?;
+        if let Some(channel) = &found {
+            self.channel_cache.put(channel);
+        }
+        Ok(found)
     }
 
     pub async fn list_channels(&self) -> Result<Vec<Channel>, StoreError> {
@@ -258,29 +266,49 @@ impl Store {
     }
 }
 
-/// How stale a channel found by its address may be when another process (the
-/// CLI, a second hub) changed it.
+/// How stale a cached channel may be when another process (the CLI, a
+/// second hub) changed it.
 pub const CHANNEL_TTL: Duration = Duration::from_secs(1);
 
-/// Channels by public id, each with the time it was read.
+/// Channels by public id (and their ids), each with the time it was read.
 #[derive(Default)]
-pub(super) struct ChannelCache(Mutex<HashMap<String, (Instant, Channel)>>);
+pub(super) struct ChannelCache(Mutex<CacheMaps>);
+
+#[derive(Default)]
+struct CacheMaps {
+    by_public_id: HashMap<String, (Instant, Channel)>,
+    public_ids: HashMap<i64, String>,
+}
 
 impl ChannelCache {
     fn get(&self, public_id: &str) -> Option<Channel> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match map.get(public_id) {
+        let maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match maps.by_public_id.get(public_id) {
+            Some((at, channel)) if at.elapsed() < CHANNEL_TTL => Some(channel.clone()),
+            _ => None,
+        }
+    }
+
+    fn get_by_id(&self, id: i64) -> Option<Channel> {
+        let maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let public_id = maps.public_ids.get(&id)?;
+        match maps.by_public_id.get(public_id) {
             Some((at, channel)) if at.elapsed() < CHANNEL_TTL => Some(channel.clone()),
             _ => None,
         }
     }
 
     fn put(&self, channel: &Channel) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert(channel.public_id.clone(), (Instant::now(), channel.clone()));
+        let mut maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        maps.public_ids
+            .insert(channel.id, channel.public_id.clone());
+        maps.by_public_id
+            .insert(channel.public_id.clone(), (Instant::now(), channel.clone()));
     }
 
     fn clear(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        maps.by_public_id.clear();
+        maps.public_ids.clear();
     }
 }

@@ -560,6 +560,25 @@ impl Store {
         row.as_ref().map(chat_from_row).transpose()
     }
 
+    /// A chat on a channel the agent with `email` works on (else `None`).
+    pub async fn chat_visible_to(
+        &self,
+        id: i64,
+        email: &str,
+    ) -> Result<Option<Chat>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {CHAT_COLUMNS} FROM chats h WHERE h.id = $1 AND EXISTS ( \
+             SELECT 1 FROM channel_agents a WHERE a.channel_id = h.channel_id \
+             AND a.agent_email = $2)"
+        ))
+        .bind(id)
+        .bind(email.to_lowercase())
+        .fetch_optional(self.pool())
+        .await
+        .ctx("looking up a chat")?;
+        row.as_ref().map(chat_from_row).transpose()
+    }
+
     pub async fn client_by_id(&self, id: i64) -> Result<Option<Client>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {CLIENT_COLUMNS} FROM clients WHERE id = $1"

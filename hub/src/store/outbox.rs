@@ -332,6 +332,8 @@ pub struct Claimed {
     pub last_error: Option<String>,
     pub staged: bool,
     pub secret: Option<String>,
+    /// The channel of its chat, read with the claim.
+    pub channel_id: Option<i64>,
 }
 
 const COLUMNS: &str = "seq, id, event_id, kind, policy, target_url, body, chunked, message_id, \
@@ -355,6 +357,7 @@ fn from_row(row: &AnyRow) -> Result<Claimed, sqlx::Error> {
         last_error: row.try_get("last_error")?,
         staged: flag(row.try_get("staged")?),
         secret: row.try_get("secret")?,
+        channel_id: row.try_get("channel_id")?,
     })
 }
 
@@ -536,7 +539,8 @@ impl Store {
                  AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
                                  AND p.state = 'pending' AND p.seq < o.seq \
                                  AND (p.hold_until IS NULL OR p.hold_until > $2)) \
-                 ORDER BY o.seq LIMIT $3) RETURNING {returned}"
+                 ORDER BY o.seq LIMIT $3) RETURNING {returned}, \
+                 (SELECT c.channel_id FROM chats c WHERE c.id = outbox.chat_id) AS channel_id"
             )
         });
         let mut w = self.begin_write().await?;
