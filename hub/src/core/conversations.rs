@@ -281,6 +281,14 @@ impl Conversations {
 
     /// A chat the agent may see, or `NotFound` (also for chats of other channels).
     pub async fn visible_chat(&self, agent: &Agent, chat_id: i64) -> Result<Chat, CoreError> {
+        Ok(self.visible_chat_and_client(agent, chat_id).await?.0)
+    }
+
+    async fn visible_chat_and_client(
+        &self,
+        agent: &Agent,
+        chat_id: i64,
+    ) -> Result<(Chat, Client), CoreError> {
         self.store
             .chat_visible_to(chat_id, &agent.email)
             .await?
@@ -395,16 +403,11 @@ impl Conversations {
         chat_id: i64,
         message: Message,
     ) -> Result<Option<MessageRow>, CoreError> {
-        let chat = self.visible_chat(agent, chat_id).await?;
+        let (chat, client) = self.visible_chat_and_client(agent, chat_id).await?;
         writable(&chat, Some(agent.id))?;
         let channel = self
             .store
             .channel_by_id(chat.channel_id)
-            .await?
-            .ok_or(CoreError::NotFound)?;
-        let client = self
-            .store
-            .client_by_id(chat.client_id)
             .await?
             .ok_or(CoreError::NotFound)?;
         let typing = message.is_typing();

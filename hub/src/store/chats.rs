@@ -175,6 +175,15 @@ pub(super) const MESSAGE_COLUMNS: &str =
 // The readers take columns by position, from `base` on, in the order of the
 // `*_COLUMNS` lists: a join can then read several entities from one row.
 
+/// A `*_COLUMNS` list with each column taken from table `alias`.
+fn qualified(alias: &str, columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(super) fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
     client_at(row, 0)
 }
@@ -560,23 +569,33 @@ impl Store {
         row.as_ref().map(chat_from_row).transpose()
     }
 
-    /// A chat on a channel the agent with `email` works on (else `None`).
+    /// A chat on a channel the agent with `email` works on, with its client
+    /// (else `None`).
     pub async fn chat_visible_to(
         &self,
         id: i64,
         email: &str,
-    ) -> Result<Option<Chat>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {CHAT_COLUMNS} FROM chats h WHERE h.id = $1 AND EXISTS ( \
-             SELECT 1 FROM channel_agents a WHERE a.channel_id = h.channel_id \
-             AND a.agent_email = $2)"
-        ))
-        .bind(id)
-        .bind(email.to_lowercase())
-        .fetch_optional(self.pool())
-        .await
-        .ctx("looking up a chat")?;
-        row.as_ref().map(chat_from_row).transpose()
+    ) -> Result<Option<(Chat, Client)>, StoreError> {
+        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = SQL.get_or_init(|| {
+            format!(
+                "SELECT {}, {} FROM chats h JOIN clients c ON c.id = h.client_id \
+                 WHERE h.id = $1 AND EXISTS (SELECT 1 FROM channel_agents a \
+                 WHERE a.channel_id = h.channel_id AND a.agent_email = $2)",
+                qualified("h", CHAT_COLUMNS),
+                qualified("c", CLIENT_COLUMNS)
+            )
+        });
+        let row = sqlx::query(sql)
+            .bind(id)
+            .bind(email.to_lowercase())
+            .fetch_optional(self.pool())
+            .await
+            .ctx("looking up a chat")?;
+        let Some(row) = row else { return Ok(None) };
+        let chat = chat_at(&row, 0)?;
+        let client = client_at(&row, CHAT_COLUMNS.split(',').count())?;
+        Ok(Some((chat, client)))
     }
 
     pub async fn client_by_id(&self, id: i64) -> Result<Option<Client>, StoreError> {
