@@ -125,8 +125,6 @@ pub fn plugin_config(
         None => toml::Table::new(),
     };
     let p = PluginConfig {
-        name,
-        path: path.clone(),
         config: table,
         timeout_ms: 1000,
         memory_mb: 64,
@@ -134,6 +132,7 @@ pub fn plugin_config(
         max_host_calls: 10_000,
         destinations: config.destinations.iter().map(|d| d.name.clone()).collect(),
         kv: true,
+        ..PluginConfig::new(name, path.clone())
     };
     Ok((p, path))
 }

@@ -49,6 +49,45 @@ pub struct PluginConfig {
     /// Whether the plugin gets a key-value namespace of its own.
     #[serde(default)]
     pub kv: bool,
+    /// Calls of this plugin that may run at once; later events wait (up to
+    /// `timeout_ms`). Fewer than the machine's cores, so that a plugin that
+    /// burns CPU leaves the rest of the hub a core.
+    #[serde(default = "default_plugin_max_concurrency")]
+    pub max_concurrency: u32,
+    /// Forwards one call may make.
+    #[serde(default = "default_plugin_max_forwards")]
+    pub max_forwards: usize,
+    /// Keys the plugin may keep in its key-value namespace.
+    #[serde(default = "default_plugin_kv_max_keys")]
+    pub kv_max_keys: u64,
+    /// Bytes (keys and values) the plugin may keep.
+    #[serde(default = "default_plugin_kv_max_bytes")]
+    pub kv_max_bytes: u64,
+    /// Distinct keys one call may set or delete.
+    #[serde(default = "default_plugin_kv_max_writes_per_call")]
+    pub kv_max_writes_per_call: usize,
+}
+
+impl PluginConfig {
+    /// A plugin with every limit at its default.
+    pub fn new(name: String, path: PathBuf) -> PluginConfig {
+        PluginConfig {
+            name,
+            path,
+            config: toml::Table::new(),
+            timeout_ms: default_plugin_timeout_ms(),
+            memory_mb: default_plugin_memory_mb(),
+            max_output_bytes: default_plugin_max_output_bytes(),
+            max_host_calls: default_plugin_max_host_calls(),
+            destinations: Vec::new(),
+            kv: false,
+            max_concurrency: default_plugin_max_concurrency(),
+            max_forwards: default_plugin_max_forwards(),
+            kv_max_keys: default_plugin_kv_max_keys(),
+            kv_max_bytes: default_plugin_kv_max_bytes(),
+            kv_max_writes_per_call: default_plugin_kv_max_writes_per_call(),
+        }
+    }
 }
 
 /// A named receiver plugins send and forward to; they never see its URL or headers.
@@ -126,6 +165,22 @@ fn default_plugin_max_output_bytes() -> usize {
 }
 fn default_plugin_max_host_calls() -> u32 {
     1000
+}
+fn default_plugin_max_concurrency() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    u32::try_from(cores.saturating_sub(1).max(1)).unwrap_or(1)
+}
+fn default_plugin_max_forwards() -> usize {
+    10
+}
+fn default_plugin_kv_max_keys() -> u64 {
+    10_000
+}
+fn default_plugin_kv_max_bytes() -> u64 {
+    16 << 20
+}
+fn default_plugin_kv_max_writes_per_call() -> usize {
+    100
 }
 fn default_destination_timeout_ms() -> u64 {
     5_000
@@ -209,6 +264,9 @@ pub(super) fn check(config: &mut Config, env: &Env, problems: &mut Vec<String>) 
         }
         if p.max_host_calls == 0 {
             problems.push(format!("{key}.max_host_calls: must be at least 1"));
+        }
+        if p.max_concurrency == 0 {
+            problems.push(format!("{key}.max_concurrency: must be at least 1"));
         }
         for (j, d) in p.destinations.iter().enumerate() {
             if !destinations.contains(d.as_str()) {

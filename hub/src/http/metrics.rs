@@ -1,5 +1,6 @@
 //! `/metrics` in the Prometheus text format: per-plugin calls, outcomes,
-//! errors by kind and time spent (with the phases of a call); webhook reply fields that were skipped.
+//! errors by kind and time spent (with the phases of a call), log bytes and
+//! quota refusals; webhook reply fields that were skipped.
 
 use std::fmt::Write;
 
@@ -36,6 +37,9 @@ fn render(app: &App) -> String {
                         "hub_plugin_instantiate_seconds_total" => s.instantiate_nanos as f64 / 1e9,
                         "hub_plugin_guest_seconds_total" => s.guest_nanos as f64 / 1e9,
                         "hub_plugin_teardown_seconds_total" => s.teardown_nanos as f64 / 1e9,
+                        "hub_plugin_log_bytes_total" => s.log_bytes as f64,
+                        "hub_plugin_logs_dropped_total" => s.logs_dropped as f64,
+                        "hub_plugin_quota_refusals_total" => s.quota_refusals as f64,
                         _ => s.micros as f64 / 1e6,
                     };
                     let _ = writeln!(out, "{name}{{plugin=\"{label}\"}} {v}");
@@ -82,6 +86,21 @@ fn render(app: &App) -> String {
     family(
         "hub_plugin_teardown_seconds_total",
         "Successful calls: time dropping each call's sandbox.",
+        "counter",
+    );
+    family(
+        "hub_plugin_log_bytes_total",
+        "Bytes of plugin log() messages written to the hub's log.",
+        "counter",
+    );
+    family(
+        "hub_plugin_logs_dropped_total",
+        "Plugin log() messages dropped past the per-call cap.",
+        "counter",
+    );
+    family(
+        "hub_plugin_quota_refusals_total",
+        "Key-value writes refused by a plugin's quotas.",
         "counter",
     );
     render_reply_skips(&mut out, &app.conversations.reply_skips().snapshot());

@@ -23,6 +23,9 @@ pub struct PluginCounters {
     guest_nanos: AtomicU64,
     teardown_nanos: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
+    log_bytes: AtomicU64,
+    logs_dropped: AtomicU64,
+    quota_refusals: AtomicU64,
 }
 
 /// A copy of one plugin's counters at one moment.
@@ -40,6 +43,12 @@ pub struct Snapshot {
     pub guest_nanos: u64,
     pub teardown_nanos: u64,
     pub errors: BTreeMap<&'static str, u64>,
+    /// Bytes of `log()` messages written to the hub's log, and messages
+    /// dropped past the per-call cap.
+    pub log_bytes: u64,
+    pub logs_dropped: u64,
+    /// Key-value writes refused by a quota (the guest got an error back).
+    pub quota_refusals: u64,
 }
 
 impl PluginCounters {
@@ -56,6 +65,14 @@ impl PluginCounters {
         self.guest_nanos.fetch_add(nanos(guest), Ordering::Relaxed);
         self.teardown_nanos
             .fetch_add(nanos(teardown), Ordering::Relaxed);
+    }
+    pub fn log_bytes(&self, written: usize, dropped: usize) {
+        self.log_bytes.fetch_add(written as u64, Ordering::Relaxed);
+        self.logs_dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+    pub fn quota_refusals(&self, n: usize) {
+        self.quota_refusals.fetch_add(n as u64, Ordering::Relaxed);
     }
     pub fn drop_(&self) {
         self.drops.fetch_add(1, Ordering::Relaxed);
@@ -84,6 +101,9 @@ impl PluginCounters {
                 .iter()
                 .map(|k| (k.as_str(), self.errors[*k as usize].load(Ordering::Relaxed)))
                 .collect(),
+            log_bytes: self.log_bytes.load(Ordering::Relaxed),
+            logs_dropped: self.logs_dropped.load(Ordering::Relaxed),
+            quota_refusals: self.quota_refusals.load(Ordering::Relaxed),
         }
     }
 }

@@ -94,11 +94,3 @@ impl Drop for Ticker {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
-
-/// Ticks for a deadline `timeout` from now (at least one).
-pub fn ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_micros().max(1);
-    u64::try_from(timeout.as_micros().div_ceil(tick))
-        .unwrap_or(u64::MAX)
-        .max(1)
-}

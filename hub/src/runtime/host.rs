@@ -3,24 +3,34 @@
 //! plugin's host-call budget. WASI is linked with no files, environment or sockets.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::ErrorKind;
 use super::bindings::{self, Level, Response};
 use super::plugin::Plugin;
+use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use crate::outbound::Request;
 
 /// Longest key and value a plugin may store.
 pub const MAX_KEY_BYTES: usize = 512;
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
-/// Guest stdout/stderr kept per call for the log.
+/// Guest stdout/stderr kept per call for the log; the rest is dropped
+/// (never an error to the guest).
 const MAX_STDIO_BYTES: usize = 16 * 1024;
+/// Bytes of `log()` messages one call may write to the hub's log; later
+/// messages are dropped and counted.
+pub const MAX_LOG_BYTES_PER_CALL: usize = 16 * 1024;
 
 /// The store data of one call.
 pub struct HostState {
@@ -36,14 +46,19 @@ pub struct HostState {
     pub failure: Option<(ErrorKind, String)>,
     /// Key-value changes of this call, applied only if the call succeeds.
     pub kv_writes: BTreeMap<String, Option<String>>,
-    pub stdout: MemoryOutputPipe,
-    pub stderr: MemoryOutputPipe,
+    pub stdout: Capture,
+    pub stderr: Capture,
+    /// `log()` bytes written by this call, and messages dropped past the cap.
+    pub log_bytes: usize,
+    pub logs_dropped: usize,
+    /// Key-value writes refused by a quota in this call.
+    pub quota_refusals: usize,
 }
 
 impl HostState {
     pub fn new(plugin: Arc<Plugin>, event_id: String, deadline: Instant) -> HostState {
-        let stdout = MemoryOutputPipe::new(MAX_STDIO_BYTES);
-        let stderr = MemoryOutputPipe::new(MAX_STDIO_BYTES);
+        let stdout = Capture::new(MAX_STDIO_BYTES);
+        let stderr = Capture::new(MAX_STDIO_BYTES);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -63,6 +78,9 @@ impl HostState {
             kv_writes: BTreeMap::new(),
             stdout,
             stderr,
+            log_bytes: 0,
+            logs_dropped: 0,
+            quota_refusals: 0,
         }
     }
 
@@ -80,6 +98,45 @@ impl HostState {
         let error = wasmtime::Error::msg(message.clone());
         self.failure.get_or_insert((kind, message));
         error
+    }
+
+    /// Holds a write to the plugin's key-value quotas: writes per call, and
+    /// keys and bytes stored (as last measured, plus this call's writes).
+    async fn kv_quota(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let quota = self.plugin.kv_quota();
+        let new_key = !self.kv_writes.contains_key(key);
+        if new_key && self.kv_writes.len() >= quota.writes_per_call {
+            return Err(format!(
+                "quota: more than {} key-value writes in one call (kv_max_writes_per_call)",
+                quota.writes_per_call
+            ));
+        }
+        let stored = self.plugin.kv_usage().await.map_err(|e| {
+            tracing::error!(plugin = self.plugin.name(), error = %e, "key-value usage unknown");
+            "the key-value store is unavailable".to_owned()
+        })?;
+        let pending_keys = self.kv_writes.len() + usize::from(new_key);
+        let pending_bytes: usize = self
+            .kv_writes
+            .iter()
+            .filter(|(k, _)| k.as_str() != key)
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+            + key.len()
+            + value.len();
+        if stored.keys + pending_keys as u64 > quota.max_keys {
+            return Err(format!(
+                "quota: the plugin may keep at most {} keys (kv_max_keys)",
+                quota.max_keys
+            ));
+        }
+        if stored.bytes + pending_bytes as u64 > quota.max_bytes {
+            return Err(format!(
+                "quota: the plugin may keep at most {} bytes (kv_max_bytes)",
+                quota.max_bytes
+            ));
+        }
+        Ok(())
     }
 
     fn kv_allowed(&self) -> Result<(), String> {
@@ -113,6 +170,12 @@ impl bindings::hub::plugin::types::Host for HostState {}
 impl bindings::hub::plugin::host::Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.count()?;
+        let message = one_line(&message, MAX_MESSAGE_BYTES);
+        if self.log_bytes + message.len() > MAX_LOG_BYTES_PER_CALL {
+            self.logs_dropped += 1;
+            return Ok(());
+        }
+        self.log_bytes += message.len();
         let plugin = self.plugin.name();
         let event = self.event_id.as_str();
         match level {
@@ -160,6 +223,10 @@ impl bindings::hub::plugin::host::Host for HostState {
         }
         if value.len() > MAX_VALUE_BYTES {
             return Ok(Err(format!("values are at most {MAX_VALUE_BYTES} bytes")));
+        }
+        if let Err(e) = self.kv_quota(&key, &value).await {
+            self.quota_refusals += 1;
+            return Ok(Err(e));
         }
         self.kv_writes.insert(key, Some(value));
         Ok(Ok(()))
@@ -252,5 +319,83 @@ impl ResourceLimiter for MemoryCap {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// A guest's stdout or stderr: keeps the first `cap` bytes for the log and
+/// drops the rest, so writing more is never an error to the guest.
+#[derive(Clone)]
+pub struct Capture {
+    kept: Arc<Mutex<Vec<u8>>>,
+    cap: usize,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Capture {
+        Capture {
+            kept: Arc::new(Mutex::new(Vec::new())),
+            cap,
+        }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let room = self.cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    pub fn contents(&self) -> Vec<u8> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for Capture {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Capture {
+    async fn ready(&mut self) {}
+}
+
+impl AsyncWrite for Capture {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }

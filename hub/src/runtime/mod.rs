@@ -8,6 +8,7 @@ pub mod destinations;
 mod engine;
 mod host;
 mod plugin;
+mod sanitize;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,10 +40,14 @@ pub enum ErrorKind {
     Failed,
     /// The component could not be instantiated.
     Instantiate,
+    /// More forwards or key-value data than the plugin's quotas allow.
+    Quota,
+    /// The plugin's earlier calls (`max_concurrency`) kept it busy for a whole `timeout_ms`.
+    Busy,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::Trap,
         ErrorKind::Timeout,
         ErrorKind::Memory,
@@ -52,6 +57,8 @@ impl ErrorKind {
         ErrorKind::InvalidOutput,
         ErrorKind::Failed,
         ErrorKind::Instantiate,
+        ErrorKind::Quota,
+        ErrorKind::Busy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +72,8 @@ impl ErrorKind {
             ErrorKind::InvalidOutput => "invalid_output",
             ErrorKind::Failed => "failed",
             ErrorKind::Instantiate => "instantiate",
+            ErrorKind::Quota => "quota",
+            ErrorKind::Busy => "busy",
         }
     }
 }

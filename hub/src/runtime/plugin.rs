@@ -8,15 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::sync::Semaphore;
+use wasmtime::UpdateDeadline;
 
 use super::bindings::{self, PluginPre};
 use super::host::HostState;
-use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
+use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
+use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
 use crate::outbound::HttpSender;
 use crate::runtime::destinations::{Destination, Destinations};
 use crate::store::Store;
+use crate::store::kv::KvUsage;
 
 /// What host imports reach: the database (key-value), the destinations and
 /// the HTTP client.
@@ -33,7 +37,20 @@ pub struct Limits {
     pub memory_bytes: usize,
     pub max_output_bytes: usize,
     pub max_host_calls: u32,
+    pub max_forwards: usize,
+    pub max_concurrency: usize,
 }
+
+/// What a plugin may keep in its key-value namespace, and write per call.
+#[derive(Debug, Clone, Copy)]
+pub struct KvQuota {
+    pub max_keys: u64,
+    pub max_bytes: u64,
+    pub writes_per_call: usize,
+}
+
+/// How long a measured key-value usage is trusted before it is read again.
+const KV_USAGE_TTL: Duration = Duration::from_secs(1);
 
 pub struct Plugin {
     name: String,
@@ -42,6 +59,10 @@ pub struct Plugin {
     digest: String,
     limits: Limits,
     kv: bool,
+    kv_quota: KvQuota,
+    kv_usage: tokio::sync::Mutex<Option<(Instant, KvUsage)>>,
+    /// Calls of this plugin running at once (`max_concurrency`).
+    running: Semaphore,
     grants: HashMap<String, Arc<Destination>>,
     services: Services,
     runtime: Runtime,
@@ -131,8 +152,17 @@ impl Plugin {
                 memory_bytes: (config.memory_mb as usize) << 20,
                 max_output_bytes: config.max_output_bytes,
                 max_host_calls: config.max_host_calls,
+                max_forwards: config.max_forwards,
+                max_concurrency: config.max_concurrency.max(1) as usize,
             },
             kv: config.kv,
+            kv_quota: KvQuota {
+                max_keys: config.kv_max_keys,
+                max_bytes: config.kv_max_bytes,
+                writes_per_call: config.kv_max_writes_per_call,
+            },
+            kv_usage: tokio::sync::Mutex::new(None),
+            running: Semaphore::new(config.max_concurrency.max(1) as usize),
             grants,
             services,
             runtime: runtime.clone(),
@@ -153,6 +183,22 @@ impl Plugin {
     }
     pub fn kv_enabled(&self) -> bool {
         self.kv
+    }
+    pub fn kv_quota(&self) -> KvQuota {
+        self.kv_quota
+    }
+
+    /// What the plugin keeps, as read at most [`KV_USAGE_TTL`] ago.
+    pub async fn kv_usage(&self) -> Result<KvUsage, crate::store::StoreError> {
+        let mut cached = self.kv_usage.lock().await;
+        if let Some((at, usage)) = *cached
+            && at.elapsed() < KV_USAGE_TTL
+        {
+            return Ok(usage);
+        }
+        let usage = self.services.store.kv_usage(&self.name).await?;
+        *cached = Some((Instant::now(), usage));
+        Ok(usage)
     }
     pub fn config_json(&self) -> &str {
         &self.config_json
@@ -191,7 +237,7 @@ impl Plugin {
             }
             Err(e) => {
                 self.counters.error(e.kind);
-                tracing::warn!(plugin = %self.name, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
+                tracing::warn!(plugin = %self.name, event = %input.event.id, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
             }
         }
         result
@@ -202,6 +248,24 @@ impl Plugin {
         input: &PluginEvent<'_>,
         check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
     ) -> Result<Outcome, PluginError> {
+        // A plugin waits for its own turn first (up to its timeout), so a
+        // plugin whose calls pile up holds none of the runtime's slots.
+        let _turn = match tokio::time::timeout(self.limits.timeout, self.running.acquire()).await {
+            Ok(Ok(turn)) => turn,
+            Ok(Err(_)) => {
+                return Err(self.error(ErrorKind::Instantiate, "the plugin runtime is closed"));
+            }
+            Err(_) => {
+                return Err(self.error(
+                    ErrorKind::Busy,
+                    format!(
+                        "{} calls of this plugin still running after {} ms (max_concurrency)",
+                        self.running_limit(),
+                        self.limits.timeout.as_millis()
+                    ),
+                ));
+            }
+        };
         let _slot = self
             .runtime
             .inner
@@ -214,8 +278,20 @@ impl Plugin {
         let state = HostState::new(self.clone(), input.event.id.to_string(), deadline);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(engine::ticks(self.limits.timeout));
-        store.epoch_deadline_trap();
+        // Guest code gives the thread back at every epoch tick, so a busy
+        // loop shares the request threads instead of holding one until its
+        // deadline; past the deadline the next tick stops it.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
 
         let event = wit_event(input);
         let left = deadline.saturating_duration_since(Instant::now());
@@ -239,6 +315,11 @@ impl Plugin {
         let state = store.data_mut();
         log_stdio(&self.name, "stdout", &state.stdout.contents());
         log_stdio(&self.name, "stderr", &state.stderr.contents());
+        if state.logs_dropped > 0 {
+            tracing::warn!(plugin = %self.name, event = %input.event.id, dropped = state.logs_dropped, "plugin log messages past the per-call cap were dropped");
+        }
+        self.counters.log_bytes(state.log_bytes, state.logs_dropped);
+        self.counters.quota_refusals(state.quota_refusals);
         let answer = match result {
             Err(_) => {
                 return Err(self.error(
@@ -287,7 +368,9 @@ impl Plugin {
                 format!("still running after {} ms", self.limits.timeout.as_millis()),
             );
         }
-        self.error(ErrorKind::Trap, format!("{e:#}"))
+        // One line: what trapped and where; the whole backtrace at debug level.
+        tracing::debug!(plugin = %self.name, backtrace = %format!("{e:?}"), "plugin trap");
+        self.error(ErrorKind::Trap, trap_summary(e))
     }
 
     /// Parses the guest's outcome and holds it to the plugin's limits and grants.
@@ -322,6 +405,16 @@ impl Plugin {
             bindings::Action::Drop(reason) => Action::Drop(reason),
             bindings::Action::Reply(p) => Action::Reply(json("the reply", &p)?),
         };
+        if outcome.forwards.len() > self.limits.max_forwards {
+            return Err(self.error(
+                ErrorKind::Quota,
+                format!(
+                    "{} forwards in one call, more than max_forwards = {}",
+                    outcome.forwards.len(),
+                    self.limits.max_forwards
+                ),
+            ));
+        }
         let mut forwards = Vec::with_capacity(outcome.forwards.len());
         for f in outcome.forwards {
             let destination = self.granted(&f.destination).ok_or_else(|| {
@@ -345,12 +438,18 @@ impl Plugin {
         })
     }
 
+    /// A failure of this plugin; its text (often the guest's own) is made
+    /// one bounded log line here, once.
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {
         PluginError {
             plugin: self.name.clone(),
             kind,
-            message: message.into(),
+            message: one_line(&message.into(), MAX_MESSAGE_BYTES),
         }
+    }
+
+    fn running_limit(&self) -> usize {
+        self.limits.max_concurrency
     }
 }
 
@@ -377,11 +476,29 @@ fn wit_event(input: &PluginEvent<'_>) -> bindings::Event {
     }
 }
 
+/// A trap as one line: its message and the innermost named frame.
+fn trap_summary(e: &wasmtime::Error) -> String {
+    let what = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.root_cause().to_string(),
+    };
+    let frame = e.downcast_ref::<wasmtime::WasmBacktrace>().and_then(|bt| {
+        bt.frames()
+            .iter()
+            .find_map(|f| f.func_name().map(str::to_owned))
+    });
+    match frame {
+        Some(frame) => format!("{what} (in {frame})"),
+        None => what,
+    }
+}
+
 fn log_stdio(plugin: &str, stream: &'static str, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
     for line in String::from_utf8_lossy(bytes).lines() {
+        let line = one_line(line, MAX_MESSAGE_BYTES);
         tracing::info!(plugin, stream, "{line}");
     }
 }

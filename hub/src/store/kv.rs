@@ -19,6 +19,29 @@ impl Store {
             .transpose()
             .ctx("reading a plugin key")
     }
+
+    /// How much a plugin keeps: keys, and bytes of keys and values.
+    pub async fn kv_usage(&self, plugin: &str) -> Result<KvUsage, StoreError> {
+        let (keys, bytes): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) \
+             FROM plugin_kv WHERE plugin = $1",
+        )
+        .bind(plugin)
+        .fetch_one(self.pool())
+        .await
+        .ctx("measuring a plugin's keys")?;
+        Ok(KvUsage {
+            keys: u64::try_from(keys).unwrap_or(0),
+            bytes: u64::try_from(bytes).unwrap_or(0),
+        })
+    }
+}
+
+/// What a plugin keeps in its key-value namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvUsage {
+    pub keys: u64,
+    pub bytes: u64,
 }
 
 /// Applies one call's writes in the caller's transaction: `Some` sets a key,
