@@ -184,6 +184,23 @@ impl Plugin {
     pub fn kv_enabled(&self) -> bool {
         self.kv
     }
+    /// Counts a successful call's writes into the measured usage until it is
+    /// read again, so calls in quick succession cannot each fill the quota
+    /// (an overwrite counts as a new key until then).
+    async fn note_kv_writes(&self, writes: &KvWrites) {
+        if writes.is_empty() {
+            return;
+        }
+        if let Some((_, usage)) = self.kv_usage.lock().await.as_mut() {
+            for (key, value) in writes {
+                if let Some(value) = value {
+                    usage.keys += 1;
+                    usage.bytes += (key.len() + value.len()) as u64;
+                }
+            }
+        }
+    }
+
     pub fn kv_quota(&self) -> KvQuota {
         self.kv_quota
     }
@@ -339,6 +356,7 @@ impl Plugin {
         };
         check(&mut outcome.action).map_err(|e| self.error(ErrorKind::InvalidOutput, e))?;
         outcome.kv_writes = std::mem::take(&mut state.kv_writes);
+        self.note_kv_writes(&outcome.kv_writes).await;
         let guest = called.saturating_sub(instantiated);
         let teardown = Instant::now();
         drop(store);

@@ -56,6 +56,38 @@ impl Plugin for Fault {
                 host.log(Level::Info, &echo.to_string());
                 Ok(Outcome::pass())
             }
+            "kv_flood" => {
+                // New keys each event; refusals are answered, not fatal.
+                let count = config.u64_or("count", 1000)?;
+                let value =
+                    "v".repeat(usize::try_from(config.u64_or("size_bytes", 1024)?).unwrap_or(0));
+                for i in 0..count {
+                    let _ = host.kv_set(&format!("{}-{i}", event.id), &value);
+                }
+                Ok(Outcome::pass())
+            }
+            "forward_flood" => {
+                let destination = config.required_str("destination")?;
+                let mut outcome = Outcome::pass();
+                for _ in 0..config.u64_or("count", 1000)? {
+                    outcome = outcome.forward(destination, event.payload.clone());
+                }
+                Ok(outcome)
+            }
+            "log_flood" => {
+                let line = format!("{}\nfake hub line", "l".repeat(1000));
+                for _ in 0..config.u64_or("count", 1000)? {
+                    host.log(Level::Error, &line);
+                }
+                Ok(Outcome::pass())
+            }
+            "stdout_flood" => {
+                let chunk = "o".repeat(1023);
+                for _ in 0..config.u64_or("count", 100)? {
+                    println!("{chunk}");
+                }
+                Ok(Outcome::pass())
+            }
             other => Err(format!("config: fault \"{other}\" is not known")),
         }
     }
