@@ -574,6 +574,137 @@ async fn plugin_logs_and_stdout_are_capped_without_failing_the_call() {
 }
 
 #[tokio::test]
+async fn a_plugin_that_is_not_required_may_fail_to_load_and_the_hub_runs_degraded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let not_wasm = dir.path().join("notes.wasm");
+    std::fs::write(&not_wasm, "these are my notes").expect("write");
+    let wiring = format!(
+        "[[plugins]]\nname = \"broken\"\npath = \"{}\"\nrequired = false\n\n\
+         [[plugins]]\nname = \"strict\"\npath = \"{}\"\nrequired = false\n\n",
+        not_wasm.display(),
+        dir.path().join("missing.wasm").display()
+    ) + &route_toml(customer_route(), "\"broken\"", "skip")
+        + "[[routes]]\nevents = [\"channel.customer_message\"]\nchannels = [\"strict\"]\nplugins = [\"strict\"]\non_error = \"reject\"\n\n";
+    let s = Setup::start(wiring).await;
+    let strict = s
+        .hub
+        .create_channel("strict", &s.integrator.url, false, &["ann@example.com"])
+        .await;
+    assert_eq!(
+        post(&s, &s.web, 1, "passes").await,
+        200,
+        "skip: the message goes on without the plugin"
+    );
+    assert_eq!(
+        post(&s, &strict, 2, "refused").await,
+        503,
+        "reject: refused, the integrator retries"
+    );
+    let ready: Value = s
+        .hub
+        .http
+        .get(s.hub.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    let broken = ready["unavailable_plugins"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "broken"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        broken["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not a WebAssembly component")),
+        "a readable reason: {broken}"
+    );
+    let listed: Value = s
+        .hub
+        .http
+        .get(s.hub.url("/admin/v1/plugins"))
+        .bearer_auth(crate::support::ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("admin")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        listed["unavailable"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_required_plugin_that_fails_to_load_stops_the_start_with_the_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let not_wasm = dir.path().join("notes.wasm");
+    std::fs::write(&not_wasm, "these are my notes").expect("write");
+    // On a `reject` route a plugin is required unless it says otherwise.
+    let wiring = format!(
+        "[[plugins]]\nname = \"broken\"\npath = \"{}\"\n\n",
+        not_wasm.display()
+    ) + &route_toml(customer_route(), "\"broken\"", "reject");
+    let path = crate::support::write_config(
+        dir.path(),
+        &HubOptions {
+            extra_toml: wiring,
+            ..HubOptions::default()
+        },
+        "127.0.0.1:0",
+    );
+    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let error = match hub::app::start_on(listener, config).await {
+        Ok(_) => panic!("the hub started without a required plugin"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        error.contains("broken") && error.contains("not a WebAssembly component"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_memory_of_all_running_calls_is_bounded_and_given_back() {
+    let wiring = "[runtime]\nmax_memory_mb = 8\n\n".to_owned()
+        + &plugin_toml("hog", "fault", "memory_mb = 64", "fault = \"memory\"")
+        + &plugin_toml("fine", "fault", "", "fault = \"none\"")
+        + &route_toml(customer_route(), "\"hog\", \"fine\"", "skip");
+    let s = Setup::start(wiring).await;
+    for i in 0..10 {
+        assert_eq!(post(&s, &s.web, 1, &format!("m{i}")).await, 200);
+    }
+    let hog = s
+        .counter("hub_plugin_errors_total{plugin=\"hog\",kind=\"memory\"}")
+        .await;
+    assert_eq!(
+        hog, 10.0,
+        "each call stops at the 8 MiB budget, far below its own 64 MiB"
+    );
+    let fine_errors = s
+        .counter("hub_plugin_errors_total{plugin=\"fine\",kind=\"memory\"}")
+        .await;
+    assert_eq!(
+        fine_errors, 0.0,
+        "what the hog held was given back after each call"
+    );
+    assert_eq!(
+        s.counter("hub_plugin_calls_total{plugin=\"fine\"}").await,
+        10.0
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_failing_plugin_on_a_rejecting_route_refuses_the_message_with_a_5xx() {
     let s = Setup::start(fault_wiring("trap", "", "reject")).await;
     let (status, _) = s
@@ -701,7 +832,7 @@ async fn reload_swaps_plugins_atomically_and_keeps_the_old_setup_on_errors() {
     std::fs::write(
         &config,
         format!(
-            "{original}\n{wiring}[[plugins]]\nname = \"ghost\"\npath = \"/nonexistent.wasm\"\n"
+            "{original}\n{wiring}[[plugins]]\nname = \"ghost\"\npath = \"/nonexistent.wasm\"\nrequired = true\n"
         ),
     )
     .expect("write config");

@@ -188,9 +188,10 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
 
     let sender = HttpSender::new()?;
-    let runtime = Runtime::new(
+    let runtime = Runtime::with_memory_budget(
         config.resolve(&config.runtime.cache_dir),
         config.runtime.max_concurrent_calls,
+        (config.runtime.max_memory_mb as usize) << 20,
     )?;
     let loader = Loader {
         runtime: runtime.clone(),

@@ -1,19 +1,23 @@
 //! `hub plugin test` and `hub check`: loading plugins outside a running hub,
-//! against a scratch database, and running one plugin on one recorded event.
+//! against a scratch database, and running one plugin on one recorded event
+//! with stand-ins for its destinations.
+
+mod stand_in;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::config::{Config, PluginConfig};
+use crate::config::{Config, DestinationConfig, PluginConfig};
 use crate::event::{Direction, Event, EventKind};
 use crate::outbound::HttpSender;
 use crate::pipeline::wiring::Wiring;
 use crate::runtime::destinations::Destinations;
-use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
+use crate::runtime::{Action, ErrorKind, Plugin, PluginError, PluginEvent, Runtime, Services};
 use crate::store::{Durability, Store};
+use stand_in::{Answer, StandIns, Target};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TryoutError {
@@ -25,22 +29,43 @@ pub enum TryoutError {
     Plugin(String),
 }
 
-/// A database in a temporary file, removed on drop: plugins get a real
-/// key-value store without touching the hub's own.
+/// A temporary directory, removed on drop, holding a database (plugins get
+/// a real key-value store without touching the hub's own) and, when no
+/// `hub.toml` names a cache, the compiled plugins: nothing is left behind in
+/// the working folder.
 pub struct Scratch {
     pub store: Store,
-    path: PathBuf,
+    dir: PathBuf,
 }
 
 impl Scratch {
     pub async fn open() -> Result<Scratch, TryoutError> {
         let mut bytes = [0u8; 8];
         getrandom::fill(&mut bytes).map_err(|e| TryoutError::Setup(e.to_string()))?;
-        let path = std::env::temp_dir().join(format!("hub-scratch-{}.db", hex::encode(bytes)));
-        let store = Store::open(&format!("sqlite://{}", path.display()), Durability::Normal)
-            .await
-            .map_err(|e| TryoutError::Setup(format!("scratch database: {e}")))?;
-        Ok(Scratch { store, path })
+        let dir = std::env::temp_dir().join(format!("hub-scratch-{}", hex::encode(bytes)));
+        // `create_dir`, not `create_dir_all`: a directory someone made in
+        // advance under this name is refused, not used.
+        std::fs::create_dir(&dir)
+            .map_err(|e| TryoutError::Setup(format!("{}: {e}", dir.display())))?;
+        let scratch_db = dir.join("scratch.db");
+        let store = match Store::open(
+            &format!("sqlite://{}", scratch_db.display()),
+            Durability::Normal,
+        )
+        .await
+        {
+            Ok(store) => store,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(TryoutError::Setup(format!("scratch database: {e}")));
+            }
+        };
+        Ok(Scratch { store, dir })
+    }
+
+    /// Where compiled plugins go when the configuration names no cache of its own.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.join("plugin-cache")
     }
 
     pub async fn close(self) {
@@ -50,11 +75,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.path.clone().into_os_string();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -62,7 +83,8 @@ impl Drop for Scratch {
 pub async fn check_plugins(config: &Config) -> Result<usize, Vec<String>> {
     let scratch = Scratch::open().await.map_err(|e| vec![e.to_string()])?;
     let result = (|| {
-        let runtime = runtime(config).map_err(|e| vec![e.to_string()])?;
+        let cache = config.resolve(&config.runtime.cache_dir);
+        let runtime = runtime(cache).map_err(|e| vec![e.to_string()])?;
         let sender = HttpSender::new().map_err(|e| vec![e.to_string()])?;
         Wiring::load(config, &runtime, &scratch.store, &sender).map(|(w, _)| w.plugins.len())
     })();
@@ -70,32 +92,48 @@ pub async fn check_plugins(config: &Config) -> Result<usize, Vec<String>> {
     result
 }
 
-fn runtime(config: &Config) -> Result<Runtime, TryoutError> {
-    Runtime::new(config.resolve(&config.runtime.cache_dir), 4)
-        .map_err(|e| TryoutError::Setup(e.to_string()))
+fn runtime(cache_dir: PathBuf) -> Result<Runtime, TryoutError> {
+    Runtime::new(cache_dir, 4).map_err(|e| TryoutError::Setup(e.to_string()))
 }
 
 /// A recorded event: the kind and the payload as on the wire, and optionally
-/// what the hub would add.
-#[derive(Debug, Deserialize)]
+/// what the hub would add. `hub events show --as-event` writes this form.
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventFile {
     pub kind: String,
-    pub payload: Value,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_id: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Value>,
+    pub payload: Value,
 }
 
-/// Which plugin to try: one named in the configuration, or a `.wasm` file
-/// with a config table given on the command line.
+impl EventFile {
+    /// A logged event as test input. The event log keeps no `context`, so
+    /// the file has none; add it by hand when the plugin reads it.
+    pub fn of(event: &Event, channel: Option<String>) -> EventFile {
+        EventFile {
+            kind: event.kind.as_str().to_owned(),
+            direction: Some(event.direction.as_str().to_owned()),
+            channel_id: event.channel_id,
+            channel,
+            chat_id: event.chat_id,
+            context: None,
+            payload: event.payload.clone(),
+        }
+    }
+}
+
+/// Which plugin to try: one named in the configuration (it keeps its name,
+/// and so its key-value namespace, limits and config), or a `.wasm` file with
+/// a config table given on the command line.
 pub fn plugin_config(
     config: &Config,
     name_or_path: &str,
@@ -130,7 +168,6 @@ pub fn plugin_config(
         memory_mb: 64,
         max_output_bytes: 1 << 20,
         max_host_calls: 10_000,
-        destinations: config.destinations.iter().map(|d| d.name.clone()).collect(),
         kv: true,
         ..PluginConfig::new(name, path.clone())
     };
@@ -146,20 +183,42 @@ fn parse_table(text: &str) -> Result<toml::Table, TryoutError> {
     toml::from_str(text).map_err(|e| TryoutError::Setup(format!("--plugin-config: {e}")))
 }
 
-/// Runs one plugin on the event in `event_file` and describes the outcome as JSON.
+/// What the plugin under test may reach.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// Destinations granted (`--grant`); no other, whatever `hub.toml` says.
+    pub names: Vec<String>,
+    /// Sends to granted destinations of `hub.toml` really go out
+    /// (`--live-send`); otherwise every send is answered `200 {}`.
+    pub live_send: bool,
+}
+
+/// Runs of the plugin at most: the first, and one more per forward to a
+/// destination not granted (each run finds the next), up to the default
+/// `max_forwards`.
+const MAX_RUNS: usize = 11;
+
+/// Reads and parses an event file.
+pub fn read_event(event_file: &Path) -> Result<EventFile, TryoutError> {
+    let problem = |message: String| TryoutError::Event {
+        file: event_file.to_owned(),
+        message,
+    };
+    let text = std::fs::read_to_string(event_file).map_err(|e| problem(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| problem(e.to_string()))
+}
+
+/// Runs one plugin on the event in `event_file` and describes the outcome as
+/// JSON. Lines for the author (stubbed sends, grants, forwards to destinations
+/// not granted) are added to `notes`, also when the run fails.
 pub async fn run(
     config: &Config,
     plugin: (PluginConfig, PathBuf),
     event_file: &Path,
+    grants: &Grants,
+    notes: &mut Vec<String>,
 ) -> Result<Value, TryoutError> {
-    let text = std::fs::read_to_string(event_file).map_err(|e| TryoutError::Event {
-        file: event_file.to_owned(),
-        message: e.to_string(),
-    })?;
-    let recorded: EventFile = serde_json::from_str(&text).map_err(|e| TryoutError::Event {
-        file: event_file.to_owned(),
-        message: e.to_string(),
-    })?;
+    let recorded = read_event(event_file)?;
     let direction = match recorded.direction.as_deref() {
         Some("inbound") => Direction::In,
         Some("outbound") => Direction::Out,
@@ -174,47 +233,113 @@ pub async fn run(
     event.channel_id = recorded.channel_id;
     event.chat_id = recorded.chat_id;
     let context = recorded.context.unwrap_or_else(|| json!({}));
-
-    let scratch = Scratch::open().await?;
-    let runtime = runtime(config)?;
-    let destinations = Destinations::from_config(&config.destinations);
-    let services = Services {
-        store: scratch.store.clone(),
-        destinations: Arc::new(destinations),
-        sender: HttpSender::new().map_err(|e| TryoutError::Setup(e.to_string()))?,
-    };
-    let (plugin_config, path) = plugin;
-    let (loaded, _) = Plugin::load(&runtime, &plugin_config, &path, services)
-        .map_err(|e| TryoutError::Setup(e.to_string()))?;
-    let loaded = Arc::new(loaded);
     let input = PluginEvent {
         event: &event,
         channel: recorded.channel.as_deref(),
         context: &context,
     };
-    let kind = event.kind.clone();
-    let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
-    let result = loaded.call(&input, &check).await;
-    let micros = loaded.counters().snapshot().micros;
+
+    let scratch = Scratch::open().await?;
+    let result = run_on(config, plugin, &input, grants, &scratch, notes).await;
     scratch.close().await;
-    let outcome = result.map_err(|e| TryoutError::Plugin(e.to_string()))?;
-    let forwards: Vec<Value> = outcome
-        .forwards
-        .iter()
-        .map(|f| json!({ "destination": f.destination.name, "payload": f.payload }))
-        .collect();
-    let kv_writes = outcome.kv_writes;
-    let mut out = match outcome.action {
-        Action::Continue(None) => json!({ "outcome": "continue", "changed": false }),
-        Action::Continue(Some(p)) => {
-            json!({ "outcome": "continue", "changed": true, "payload": p })
-        }
-        Action::Drop(reason) => json!({ "outcome": "drop", "reason": reason }),
-        Action::Reply(reply) => json!({ "outcome": "reply", "reply": reply }),
+    result
+}
+
+async fn run_on(
+    config: &Config,
+    (plugin, path): (PluginConfig, PathBuf),
+    input: &PluginEvent<'_>,
+    grants: &Grants,
+    scratch: &Scratch,
+    notes: &mut Vec<String>,
+) -> Result<Value, TryoutError> {
+    // Without a hub.toml there is no cache of the operator's to fill.
+    let cache = match config.source {
+        Some(_) => config.resolve(&config.runtime.cache_dir),
+        None => scratch.cache_dir(),
     };
-    out["forwards"] = Value::Array(forwards);
-    // Shown, not kept: the scratch database goes away with the test.
-    out["kv_writes"] = json!(kv_writes);
-    out["micros"] = json!(micros);
-    Ok(out)
+    let runtime = runtime(cache)?;
+    let sender = HttpSender::new().map_err(|e| TryoutError::Setup(e.to_string()))?;
+    let stand_ins = StandIns::start(sender.clone())
+        .await
+        .map_err(|e| TryoutError::Setup(format!("stand-in destinations: {e}")))?;
+    let targets = targets(config, &plugin, grants, notes);
+    // Names the plugin forwarded to without a grant, given a stand-in that refuses sends.
+    let mut ungranted: Vec<String> = Vec::new();
+    let mut first_error: Option<PluginError> = None;
+    let kind = input.event.kind.clone();
+    let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
+    let (outcome, micros) = loop {
+        stand_ins.begin_run();
+        let all = targets
+            .iter()
+            .cloned()
+            .chain(ungranted.iter().map(|n| (n.clone(), Target::Refused)));
+        let mut destinations = Vec::new();
+        for (name, target) in all {
+            let timeout_ms = match &target {
+                Target::Live(d) => d.policy.timeout.as_millis(),
+                _ => u128::from(STAND_IN_TIMEOUT_MS),
+            };
+            let url = stand_ins.url(&name, target);
+            destinations.push(stand_in_config(&name, &url, timeout_ms)?);
+        }
+        let under_test = PluginConfig {
+            destinations: destinations.iter().map(|d| d.name.clone()).collect(),
+            ..plugin.clone()
+        };
+        let services = Services {
+            store: scratch.store.clone(),
+            destinations: Arc::new(Destinations::from_config(&destinations)),
+            sender: sender.clone(),
+        };
+        let (loaded, _) = Plugin::load(&runtime, &under_test, &path, services)
+            .map_err(|e| TryoutError::Setup(e.to_string()))?;
+        let loaded = Arc::new(loaded);
+        let before = loaded.counters().snapshot().micros;
+        let result = loaded.call(input, &check).await;
+        let micros = loaded.counters().snapshot().micros.saturating_sub(before);
+        let sends = stand_ins.sends();
+        if let Some(name) = stand_ins.refused() {
+            note_sends(&sends, notes);
+            let error = first_error.map_or_else(
+                || format!("destination `{name}` is not granted to this plugin"),
+                |e| e.to_string(),
+            );
+            return Err(TryoutError::Plugin(format!(
+                "{error}\n  the plugin called send(\"{name}\"); the hub stops a call that sends to a \
+                 destination not granted. Grant it here with --grant {name} (and in hub.toml with \
+                 `destinations = [\"{name}\"]`)"
+            )));
+        }
+        match result {
+            Err(e) if e.kind == ErrorKind::Destination && ungranted.len() + 1 < MAX_RUNS => {
+                let Some(name) = not_granted(&e.message) else {
+                    note_sends(&sends, notes);
+                    return Err(TryoutError::Plugin(e.to_string()));
+                };
+                if ungranted.contains(&name) || targets.iter().any(|(n, _)| *n == name) {
+                    note_sends(&sends, notes);
+                    return Err(TryoutError::Plugin(e.to_string()));
+                }
+                notes.push(format!(
+                    "`{name}` is not granted; running the plugin again with a stand-in for it to \
+                     show what it does (its log lines repeat, sends are not made again)"
+                ));
+                first_error.get_or_insert(e);
+                ungranted.push(name);
+            }
+            Err(e) => {
+                note_sends(&sends, notes);
+                return Err(TryoutError::Plugin(e.to_string()));
+            }
+            Ok(outcome) => {
+                note_sends(&sends, notes);
+                break (outcome, sends);
+            }
+        }
+        .map_or((), |_: ()| ());
+        let _ = micros;
+    };
+    unreachable_guard(outcome, micros)
 }

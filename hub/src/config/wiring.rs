@@ -19,6 +19,10 @@ pub struct RuntimeConfig {
     /// Plugin calls running at once; further calls wait for a slot.
     #[serde(default = "default_max_concurrent_calls")]
     pub max_concurrent_calls: u32,
+    /// Linear memory of all plugin calls running at once, together: a
+    /// call that would grow past it fails as `memory`.
+    #[serde(default = "default_max_memory_mb")]
+    pub max_memory_mb: u32,
 }
 
 /// A WebAssembly plugin and what it is granted.
@@ -66,6 +70,11 @@ pub struct PluginConfig {
     /// Distinct keys one call may set or delete.
     #[serde(default = "default_plugin_kv_max_writes_per_call")]
     pub kv_max_writes_per_call: usize,
+    /// Whether the hub refuses to start (or reload) without this plugin.
+    /// Unset: required when a `reject` route uses it (see
+    /// [`Config::plugin_required`]).
+    #[serde(default)]
+    pub required: Option<bool>,
 }
 
 impl PluginConfig {
@@ -86,7 +95,21 @@ impl PluginConfig {
             kv_max_keys: default_plugin_kv_max_keys(),
             kv_max_bytes: default_plugin_kv_max_bytes(),
             kv_max_writes_per_call: default_plugin_kv_max_writes_per_call(),
+            required: None,
         }
+    }
+}
+
+impl Config {
+    /// Whether `plugin` must load for the hub to start: as set, or, when
+    /// unset, whether a route that rejects on failure uses it (its events
+    /// would all be refused anyway).
+    pub fn plugin_required(&self, plugin: &PluginConfig) -> bool {
+        plugin.required.unwrap_or_else(|| {
+            self.routes
+                .iter()
+                .any(|r| r.on_error == OnError::Reject && r.plugins.contains(&plugin.name))
+        })
     }
 }
 
@@ -154,6 +177,9 @@ fn default_cache_dir() -> PathBuf {
 fn default_max_concurrent_calls() -> u32 {
     64
 }
+fn default_max_memory_mb() -> u32 {
+    1024
+}
 fn default_plugin_timeout_ms() -> u64 {
     100
 }
@@ -206,6 +232,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             cache_dir: default_cache_dir(),
             max_concurrent_calls: default_max_concurrent_calls(),
+            max_memory_mb: default_max_memory_mb(),
         }
     }
 }
@@ -226,6 +253,9 @@ impl Default for RetryConfig {
 pub(super) fn check(config: &mut Config, env: &Env, problems: &mut Vec<String>) {
     if config.runtime.max_concurrent_calls == 0 {
         problems.push("runtime.max_concurrent_calls: must be at least 1".to_owned());
+    }
+    if config.runtime.max_memory_mb == 0 {
+        problems.push("runtime.max_memory_mb: must be at least 1".to_owned());
     }
     let mut destinations = HashSet::new();
     for (i, d) in config.destinations.iter_mut().enumerate() {

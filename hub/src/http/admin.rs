@@ -183,6 +183,7 @@ fn list_plugins(app: &App) -> Resp {
                 "events": r.events,
                 "channels": r.channels,
                 "plugins": r.plugins.iter().map(|p| p.name()).collect::<Vec<_>>(),
+                "missing": r.missing,
                 "on_error": match r.on_error {
                     crate::config::OnError::Skip => "skip",
                     crate::config::OnError::Reject => "reject",
@@ -190,9 +191,14 @@ fn list_plugins(app: &App) -> Resp {
             })
         })
         .collect();
+    let unavailable: Vec<_> = wiring
+        .unavailable
+        .iter()
+        .map(|(name, error)| json!({ "name": name, "error": error }))
+        .collect();
     json(
         StatusCode::OK,
-        &json!({ "plugins": plugins, "routes": routes }),
+        &json!({ "plugins": plugins, "routes": routes, "unavailable": unavailable }),
     )
 }
 

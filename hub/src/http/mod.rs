@@ -224,6 +224,24 @@ impl AsyncWrite for Socket {
 /// The agent, admin and widget APIs as an OpenAPI document.
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
+/// Serving, and whether everything configured is in force: plugins that
+/// are not required and did not load make the hub `degraded` (still 200: it
+/// serves, and their routes act per `on_error`).
+fn readiness(app: &App) -> Resp {
+    let wiring = app.wiring.current();
+    let body = if wiring.unavailable.is_empty() {
+        serde_json::json!({ "status": "ready" })
+    } else {
+        let plugins: Vec<_> = wiring
+            .unavailable
+            .iter()
+            .map(|(name, error)| serde_json::json!({ "name": name, "error": error }))
+            .collect();
+        serde_json::json!({ "status": "degraded", "unavailable_plugins": plugins })
+    };
+    crate::http::respond::json(StatusCode::OK, &body)
+}
+
 /// Sends a request to the edge that owns its path.
 pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
     let path = req.uri().path().to_owned();
@@ -231,6 +249,10 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
     match parts.as_slice() {
         ["healthz"] => match *req.method() {
             Method::GET | Method::HEAD => text(StatusCode::OK, "ok"),
+            _ => method_not_allowed(),
+        },
+        ["readyz"] => match *req.method() {
+            Method::GET | Method::HEAD => readiness(app),
             _ => method_not_allowed(),
         },
         ["openapi.json"] => match *req.method() {

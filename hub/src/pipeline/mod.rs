@@ -133,11 +133,23 @@ impl Pipeline {
             return routed;
         }
         let channel = self.channel_name(routed.event.channel_id).await;
-        let chain: Vec<(&Route, &Arc<Plugin>)> = wiring
+        let taken: Vec<&Route> = wiring
             .routes
             .iter()
             .filter(|r| r.takes(routed.event.kind.as_str(), channel.as_deref()))
-            .flat_map(|r| r.plugins.iter().map(move |p| (r, p)))
+            .collect();
+        // A plugin that did not load fails every call: a rejecting route refuses.
+        if let Some(name) = taken
+            .iter()
+            .filter(|r| r.on_error == OnError::Reject)
+            .find_map(|r| r.missing.first())
+        {
+            routed.verdict = Verdict::Reject(format!("plugin `{name}` is not loaded"));
+            return routed;
+        }
+        let chain: Vec<(&Route, &Arc<Plugin>)> = taken
+            .iter()
+            .flat_map(|r| r.plugins.iter().map(move |p| (*r, p)))
             .collect();
         if chain.is_empty() {
             return routed;
@@ -156,7 +168,8 @@ impl Pipeline {
                 Ok(o) => o,
                 Err(e) => match route.on_error {
                     OnError::Skip => {
-                        tracing::warn!(plugin = %e.plugin, error = %e, "plugin skipped");
+                        // The failure itself was logged by the call.
+                        tracing::debug!(plugin = %e.plugin, kind = e.kind.as_str(), "plugin skipped");
                         continue;
                     }
                     OnError::Reject => {

@@ -16,6 +16,9 @@ pub struct Route {
     pub events: Vec<String>,
     pub channels: Vec<String>,
     pub plugins: Vec<Arc<Plugin>>,
+    /// Plugins of the chain that did not load (`required = false`): the
+    /// route acts on them as on a failed call, per `on_error`.
+    pub missing: Vec<String>,
     pub on_error: OnError,
 }
 
@@ -24,6 +27,9 @@ pub struct Wiring {
     pub destinations: Arc<Destinations>,
     pub plugins: HashMap<String, Arc<Plugin>>,
     pub routes: Vec<Route>,
+    /// Plugins that are not required and did not load, with why: the hub
+    /// runs degraded without them.
+    pub unavailable: Vec<(String, String)>,
 }
 
 /// What loading a wiring compiled, for the log.
@@ -52,6 +58,7 @@ impl Wiring {
         let mut loaded = Loaded::default();
         let mut plugins = HashMap::new();
         let mut failed = Vec::new();
+        let mut unavailable = Vec::new();
         for p in &config.plugins {
             match Plugin::load(runtime, p, &config.resolve(&p.path), services.clone()) {
                 Ok((plugin, origin)) => {
@@ -60,6 +67,11 @@ impl Wiring {
                         Origin::Cached => loaded.cached.push(p.name.clone()),
                     }
                     plugins.insert(p.name.clone(), Arc::new(plugin));
+                }
+                Err(e) if !config.plugin_required(p) => {
+                    tracing::error!(plugin = %p.name, error = %e, "plugin not loaded; it is not required, so its routes act per on_error without it");
+                    unavailable.push((p.name.clone(), e.to_string()));
+                    failed.push(p.name.as_str());
                 }
                 Err(e) => {
                     problems.push(e.to_string());
@@ -70,11 +82,12 @@ impl Wiring {
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, r) in config.routes.iter().enumerate() {
             let mut chain = Vec::with_capacity(r.plugins.len());
+            let mut missing = Vec::new();
             for name in &r.plugins {
                 match plugins.get(name) {
                     Some(p) => chain.push(p.clone()),
                     // A plugin that failed to load is reported above already.
-                    None if failed.contains(&name.as_str()) => {}
+                    None if failed.contains(&name.as_str()) => missing.push(name.clone()),
                     None => problems.push(format!("routes[{i}]: no plugin is named `{name}`")),
                 }
             }
@@ -82,6 +95,7 @@ impl Wiring {
                 events: r.events.clone(),
                 channels: r.channels.clone(),
                 plugins: chain,
+                missing,
                 on_error: r.on_error,
             });
         }
@@ -91,6 +105,7 @@ impl Wiring {
                     destinations,
                     plugins,
                     routes,
+                    unavailable,
                 },
                 loaded,
             ))

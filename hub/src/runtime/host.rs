@@ -69,7 +69,7 @@ impl HostState {
         HostState {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryCap::new(plugin.limits().memory_bytes),
+            limiter: MemoryCap::new(plugin.limits().memory_bytes, plugin.memory_budget()),
             plugin,
             event_id,
             deadline,
@@ -279,19 +279,71 @@ impl bindings::hub::plugin::host::Host for HostState {
     }
 }
 
-/// Caps a call's linear memory at the plugin's `memory_mb` and remembers
-/// when the guest hit the cap, so the trap that follows is reported as such.
+/// What the running calls' linear memories may hold together; shared by
+/// every call's [`MemoryCap`].
+#[derive(Clone)]
+pub struct MemoryBudget {
+    used: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl MemoryBudget {
+    pub fn new(limit: usize) -> MemoryBudget {
+        MemoryBudget {
+            used: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            limit,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Takes `bytes` from the budget, or nothing if that would pass it.
+    fn take(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let before = self.used.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > self.limit {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used
+            .fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Caps a call's linear memory at the plugin's `memory_mb` and at what is
+/// left of the runtime's budget, and remembers which cap the guest hit, so
+/// the trap that follows is reported as such.
 pub struct MemoryCap {
     max: usize,
     pub exceeded: bool,
+    /// The budget was spent by other calls (not this one's `memory_mb`).
+    pub budget_spent: bool,
+    budget: MemoryBudget,
+    /// What this call holds of the budget, given back when the call ends.
+    held: usize,
 }
 
 impl MemoryCap {
-    fn new(max: usize) -> MemoryCap {
+    fn new(max: usize, budget: MemoryBudget) -> MemoryCap {
         MemoryCap {
             max,
             exceeded: false,
+            budget_spent: false,
+            budget,
+            held: 0,
         }
+    }
+}
+
+impl Drop for MemoryCap {
+    fn drop(&mut self) {
+        self.budget.give_back(self.held);
     }
 }
 
@@ -301,7 +353,7 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -309,6 +361,12 @@ impl ResourceLimiter for MemoryCap {
             self.exceeded = true;
             return Ok(false);
         }
+        let more = desired.saturating_sub(current);
+        if !self.budget.take(more) {
+            self.budget_spent = true;
+            return Ok(false);
+        }
+        self.held += more;
         Ok(true)
     }
 

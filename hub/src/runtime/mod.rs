@@ -128,12 +128,25 @@ struct Inner {
     /// One permit per pooled instance slot: a call waits here instead of
     /// failing when the pool is busy.
     slots: Arc<Semaphore>,
+    /// Linear memory of every running call together.
+    memory: host::MemoryBudget,
     counters: Counters,
     _ticker: engine::Ticker,
 }
 
 impl Runtime {
     pub fn new(cache_dir: PathBuf, slots: u32) -> Result<Runtime, RuntimeError> {
+        let budget = (crate::config::RuntimeConfig::default().max_memory_mb as usize) << 20;
+        Runtime::with_memory_budget(cache_dir, slots, budget)
+    }
+
+    /// A runtime whose running calls hold at most `memory_bytes` of linear
+    /// memory together (`[runtime] max_memory_mb`).
+    pub fn with_memory_budget(
+        cache_dir: PathBuf,
+        slots: u32,
+        memory_bytes: usize,
+    ) -> Result<Runtime, RuntimeError> {
         let engine = engine::build(slots).map_err(|e| RuntimeError(format!("{e:#}")))?;
         let linker = host::linker(&engine).map_err(|e| RuntimeError(format!("{e:#}")))?;
         let ticker = engine::Ticker::start(&engine).map_err(|e| RuntimeError(e.to_string()))?;
@@ -143,6 +156,7 @@ impl Runtime {
                 linker,
                 cache: cache::ComponentCache::new(cache_dir),
                 slots: Arc::new(Semaphore::new(slots as usize)),
+                memory: host::MemoryBudget::new(memory_bytes),
                 counters: Counters::default(),
                 _ticker: ticker,
             }),
@@ -151,5 +165,9 @@ impl Runtime {
 
     pub fn counters(&self) -> &Counters {
         &self.inner.counters
+    }
+
+    pub(crate) fn memory_budget(&self) -> &host::MemoryBudget {
+        &self.inner.memory
     }
 }

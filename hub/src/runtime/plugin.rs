@@ -116,6 +116,13 @@ impl Plugin {
             path: path.to_owned(),
             source,
         })?;
+        if let Some(message) = not_a_component(&wasm) {
+            return Err(LoadError::Compile {
+                name: config.name.clone(),
+                path: path.to_owned(),
+                message,
+            });
+        }
         let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm));
         let (component, origin) = runtime
             .inner
@@ -129,7 +136,9 @@ impl Plugin {
         let world = |e: wasmtime::Error| LoadError::World {
             name: config.name.clone(),
             path: path.to_owned(),
-            message: format!("{e:#}"),
+            message: format!(
+                "{e:#} (this hub offers {WORLD}; rebuild the plugin against its plugin-api)"
+            ),
         };
         let pre = runtime
             .inner
@@ -199,6 +208,10 @@ impl Plugin {
                 }
             }
         }
+    }
+
+    pub(crate) fn memory_budget(&self) -> super::host::MemoryBudget {
+        self.runtime.memory_budget().clone()
     }
 
     pub fn kv_quota(&self) -> KvQuota {
@@ -371,6 +384,15 @@ impl Plugin {
         if let Some((kind, message)) = &state.failure {
             return self.error(*kind, message.clone());
         }
+        if state.limiter.budget_spent {
+            return self.error(
+                ErrorKind::Memory,
+                format!(
+                    "the plugins' memory budget ([runtime] max_memory_mb = {}) is in use by other calls",
+                    self.runtime.memory_budget().limit() >> 20
+                ),
+            );
+        }
         if state.limiter.exceeded {
             return self.error(
                 ErrorKind::Memory,
@@ -492,6 +514,32 @@ fn wit_event(input: &PluginEvent<'_>) -> bindings::Event {
         at: e.at,
         context: input.context.to_string(),
     }
+}
+
+/// The WIT world this hub implements, as plugins name it.
+pub const WORLD: &str = "hub:plugin/plugin@0.1.0";
+
+/// Why `wasm` cannot be a plugin before compiling it, if that is plain from
+/// its header (the compiler's own message for these is cryptic).
+fn not_a_component(wasm: &[u8]) -> Option<String> {
+    const MAGIC: &[u8] = b"\0asm";
+    // Bytes 4..8: version 1 (core module) or the component encoding.
+    const CORE_MODULE: &[u8] = &[1, 0, 0, 0];
+    if !wasm.starts_with(MAGIC) {
+        return Some(
+            "not a WebAssembly component (build the plugin with \
+             `cargo build --release --target wasm32-wasip2` and point `path` at the .wasm)"
+                .to_owned(),
+        );
+    }
+    if wasm.get(4..8) == Some(CORE_MODULE) {
+        return Some(
+            "a core WebAssembly module, not a component (build for the wasm32-wasip2 target, \
+             which makes components)"
+                .to_owned(),
+        );
+    }
+    None
 }
 
 /// A trap as one line: its message and the innermost named frame.

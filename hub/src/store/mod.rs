@@ -404,9 +404,16 @@ async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Gr
         .ctx("setting the durability")?;
     // Savepoint journals and the ingress batch table in memory, not in temp
     // files; a larger page cache for the one connection that writes; no
-    // checkpoint inside a commit (see `checkpoints`).
+    // checkpoint inside a commit (see `checkpoints`); and a WAL file that
+    // grew while a restart was late (a busy machine) is cut back to the
+    // limit by the first write after the restart.
     conn.execute(
-        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 0;",
+        format!(
+            "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384; \
+             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {};",
+            WAL_LIMIT_PAGES * 4096
+        )
+        .as_str(),
     )
     .await
     .ctx("setting up the writer connection")?;
@@ -577,6 +584,13 @@ mod tests {
             w.commit().await.expect("commit");
         }
         tokio::time::sleep(CHECKPOINT_EVERY * 4).await;
+        // Writes go on: the first one after the restart cuts the file back.
+        let mut w = store.begin_write().await.expect("begin");
+        sqlx::query("INSERT INTO settings (key, value) VALUES ('last', 'x')")
+            .execute(&mut *w.tx)
+            .await
+            .expect("insert");
+        w.commit().await.expect("commit");
         let wal = std::fs::metadata(dir.path().join("hub.db-wal")).map_or(0, |m| m.len());
         assert!(
             wal < (WAL_LIMIT_PAGES as u64) * 4096 + 8 * 1024 * 1024,
