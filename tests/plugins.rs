@@ -674,6 +674,63 @@ async fn a_required_plugin_that_fails_to_load_stops_the_start_with_the_reason() 
 }
 
 #[tokio::test]
+async fn a_plugin_config_is_checked_when_the_plugin_loads() {
+    // Required (a `reject` route uses it): the hub does not start, and says why.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wiring = plugin_toml("redact", "redact", "", "cards = \"yes\"")
+        + &route_toml(customer_route(), "\"redact\"", "reject");
+    let path = crate::support::write_config(
+        dir.path(),
+        &HubOptions {
+            extra_toml: wiring,
+            ..HubOptions::default()
+        },
+        "127.0.0.1:0",
+    );
+    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let error = match hub::app::start_on(listener, config).await {
+        Ok(_) => panic!("the hub started with a refused plugin config"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        error.contains("redact") && error.contains("cards"),
+        "{error}"
+    );
+
+    // Not required: the hub starts without it, degraded, and says why.
+    let s = Setup::start(
+        plugin_toml("redact", "redact", "", "cards = \"yes\"")
+            + &route_toml(customer_route(), "\"redact\"", "skip"),
+    )
+    .await;
+    let ready: Value = s
+        .hub
+        .http
+        .get(s.hub.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert!(ready.to_string().contains("cards"), "{ready}");
+    s.hub
+        .say(&s.web, json!(1), "card 4111 1111 1111 1111")
+        .await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        texts,
+        ["card 4111 1111 1111 1111"],
+        "the route skips the plugin"
+    );
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_memory_of_all_running_calls_is_bounded_and_given_back() {
     let wiring = "[runtime]\nmax_memory_mb = 8\n\n".to_owned()
         + &plugin_toml("hog", "fault", "memory_mb = 64", "fault = \"memory\"")

@@ -65,6 +65,7 @@ impl Loader {
     /// stall request handling.
     async fn load(&self, config: Config) -> Result<Wiring, Vec<String>> {
         let this = self.clone();
+        let config_for_checks = config.clone();
         let joined = tokio::task::spawn_blocking(move || {
             Wiring::load(&config, &this.runtime, &this.store, &this.sender)
         })
@@ -73,6 +74,7 @@ impl Loader {
             Ok(result) => result?,
             Err(e) => return Err(vec![format!("plugin loading stopped: {e}")]),
         };
+        let wiring = wiring.validate_configs(&config_for_checks).await?;
         if !loaded.compiled.is_empty() || !loaded.cached.is_empty() {
             tracing::info!(compiled = ?loaded.compiled, cached = ?loaded.cached, routes = wiring.routes.len(), "plugins loaded");
         }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::sdk::{Action, Direction, Event, Host, Level, Outcome, Plugin, Response};
+use crate::sdk::{Action, Config, Direction, Event, Host, Level, Outcome, Plugin, Response};
 
 #[doc(hidden)]
 pub mod bindings {
@@ -45,6 +45,12 @@ macro_rules! export_plugin {
                     ::std::string::String,
                 > {
                     $crate::guest::run::<$plugin>(event)
+                }
+
+                fn validate_config(
+                    config: ::std::string::String,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::guest::validate::<$plugin>(&config)
                 }
             }
 
@@ -102,6 +108,17 @@ pub fn run<P: Plugin>(event: wit::Event) -> Result<wit::Outcome, String> {
     let event = event_from_wit(event)?;
     let outcome = P::handle(&event, &mut WitHost)?;
     outcome_to_wit(outcome)
+}
+
+/// What `export_plugin!` calls for `validate-config`.
+#[doc(hidden)]
+pub fn validate<P: Plugin>(config: &str) -> Result<(), String> {
+    let value = match serde_json::from_str::<Value>(config) {
+        Ok(Value::Null) => Value::Object(Map::new()),
+        Ok(value) => value,
+        Err(e) => return Err(format!("config is not JSON: {e}")),
+    };
+    P::validate_config(&Config::new(value)?)
 }
 
 fn event_from_wit(e: wit::Event) -> Result<Event, String> {

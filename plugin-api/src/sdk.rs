@@ -219,6 +219,15 @@ pub trait Plugin {
     /// Handles one event; an error fails this call only, and the route's
     /// `on_error` decides what happens to the event.
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String>;
+
+    /// Checks the config table when the hub loads the plugin (`hub check`,
+    /// `hub serve`, reload), before any event arrives. Return an error that
+    /// names the key (the [`Config`] accessors do): the hub refuses the
+    /// configuration with it. The default accepts any table.
+    fn validate_config(config: &Config) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
 }
 
 /// A text reply to `channel.customer_message`, which the hub sends to the

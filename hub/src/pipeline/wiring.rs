@@ -116,6 +116,45 @@ impl Wiring {
     }
 }
 
+impl Wiring {
+    /// Runs every loaded plugin's `validate-config` on its config table: a
+    /// required plugin whose config is refused refuses the wiring; another
+    /// is taken out and listed as unavailable, like one that did not load.
+    pub async fn validate_configs(mut self, config: &Config) -> Result<Wiring, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut refused = Vec::new();
+        for p in &config.plugins {
+            let Some(plugin) = self.plugins.get(&p.name).cloned() else {
+                continue;
+            };
+            if let Err(e) = plugin.validate_config().await {
+                let text = format!("plugin `{}`: its config is refused: {}", p.name, e.message);
+                if config.plugin_required(p) {
+                    problems.push(text);
+                } else {
+                    tracing::error!(plugin = %p.name, error = %text, "plugin not loaded; it is not required, so its routes act per on_error without it");
+                    self.unavailable.push((p.name.clone(), text));
+                    refused.push(p.name.clone());
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        for name in refused {
+            self.plugins.remove(&name);
+            for route in &mut self.routes {
+                let before = route.plugins.len();
+                route.plugins.retain(|p| p.name() != name);
+                if route.plugins.len() != before {
+                    route.missing.push(name.clone());
+                }
+            }
+        }
+        Ok(self)
+    }
+}
+
 impl Route {
     /// True when the route takes events of `kind` on the channel named `channel`.
     pub fn takes(&self, kind: &str, channel: Option<&str>) -> bool {

@@ -1,9 +1,12 @@
-//! Rust bindings of the `hub:plugin` WIT world, generated at build time from
-//! `plugin-api/wit`, the same file plugin authors build against.
+//! Rust bindings of the `hub:plugin` WIT world `handler`, generated at build
+//! time from `plugin-api/wit`, the same file plugin authors build against.
+//! The hub binds `handler` (only `handle` is required of a component); the
+//! optional `validate-config` export of the SDK's `plugin` world is looked
+//! up by name (`runtime::plugin`).
 
 wasmtime::component::bindgen!({
     path: "../plugin-api/wit",
-    world: "plugin",
+    world: "handler",
     imports: { default: async | trappable },
     exports: { default: async },
 });

@@ -161,7 +161,7 @@ impl WasiView for HostState {
 pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+    bindings::Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
     Ok(linker)
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use wasmtime::UpdateDeadline;
 
-use super::bindings::{self, PluginPre};
+use super::bindings::{self, HandlerPre};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime};
@@ -66,7 +66,7 @@ pub struct Plugin {
     grants: HashMap<String, Arc<Destination>>,
     services: Services,
     runtime: Runtime,
-    pre: PluginPre<HostState>,
+    pre: HandlerPre<HostState>,
     counters: Arc<PluginCounters>,
 }
 
@@ -145,7 +145,7 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(world)?;
-        let pre = PluginPre::new(pre).map_err(world)?;
+        let pre = HandlerPre::new(pre).map_err(world)?;
         let config_json = serde_json::to_string(&config.config).unwrap_or_else(|_| "{}".to_owned());
         let grants = config
             .destinations
@@ -305,23 +305,7 @@ impl Plugin {
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         // The deadline starts once the call has a slot: waiting is not running.
         let deadline = Instant::now() + self.limits.timeout;
-        let state = HostState::new(self.clone(), input.event.id.to_string(), deadline);
-        let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        // Guest code gives the thread back at every epoch tick, so a busy
-        // loop shares the request threads instead of holding one until its
-        // deadline; past the deadline the next tick stops it.
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::YieldCustom(
-                    1,
-                    Box::pin(tokio::task::yield_now()),
-                ))
-            }
-        });
+        let mut store = self.sandbox(input.event.id.to_string(), deadline);
 
         let event = wit_event(input);
         let left = deadline.saturating_duration_since(Instant::now());
@@ -376,6 +360,77 @@ impl Plugin {
         self.counters
             .phases(instantiated, guest, teardown.elapsed());
         Ok(outcome)
+    }
+
+    /// A fresh store for one call that must end by `deadline`.
+    fn sandbox(self: &Arc<Self>, label: String, deadline: Instant) -> wasmtime::Store<HostState> {
+        let state = HostState::new(self.clone(), label, deadline);
+        let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        // Guest code gives the thread back at every epoch tick, so a busy
+        // loop shares the request threads instead of holding one until its
+        // deadline; past the deadline the next tick stops it.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
+        store
+    }
+
+    /// Runs the plugin's `validate-config` export on its config table, if
+    /// the component has one (plugins built before it existed are not checked).
+    /// An `Err` carries the plugin's own message, which names the key.
+    pub async fn validate_config(self: &Arc<Self>) -> Result<(), PluginError> {
+        let _slot = self
+            .runtime
+            .inner
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
+        let deadline = Instant::now() + self.limits.timeout;
+        let mut store = self.sandbox("validate-config".to_owned(), deadline);
+        let run = async {
+            let instance = self
+                .pre
+                .instance_pre()
+                .instantiate_async(&mut store)
+                .await
+                .map_err(Failure::Instantiate)?;
+            let Ok(validate) = instance
+                .get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "validate-config")
+            else {
+                return Ok(Ok(()));
+            };
+            let (verdict,) = validate
+                .call_async(&mut store, (self.config_json.clone(),))
+                .await
+                .map_err(Failure::Call)?;
+            Ok(verdict)
+        };
+        let result = tokio::time::timeout(self.limits.timeout, run).await;
+        match result {
+            Err(_) => Err(self.error(
+                ErrorKind::Timeout,
+                format!(
+                    "validate-config: no answer within {} ms",
+                    self.limits.timeout.as_millis()
+                ),
+            )),
+            Ok(Err(Failure::Instantiate(e))) => {
+                Err(self.error(ErrorKind::Instantiate, format!("{e:#}")))
+            }
+            Ok(Err(Failure::Call(e))) => Err(self.classify(store.data(), &e)),
+            Ok(Ok(Err(message))) => Err(self.error(ErrorKind::Failed, message)),
+            Ok(Ok(Ok(()))) => Ok(()),
+        }
     }
 
     /// Names what stopped the guest: a host import's own reason, the memory

@@ -21,17 +21,42 @@ use rules::Rule;
 
 pub struct AutoReply;
 
+/// The config, checked.
+struct Settings<'a> {
+    rules: Vec<Rule>,
+    sender_name: Option<&'a str>,
+    away_message: Option<&'a str>,
+    away_every_secs: u64,
+}
+
+impl<'a> Settings<'a> {
+    fn read(config: &'a Config) -> Result<Settings<'a>, String> {
+        Ok(Settings {
+            rules: Rule::parse_all(config.get("keywords"))?,
+            sender_name: Some(config.str_or("sender_name", "Auto-reply")?)
+                .filter(|n| !n.is_empty()),
+            away_message: config.str("away_message")?,
+            away_every_secs: config.u64_or("away_every_secs", 3600)?,
+        })
+    }
+}
+
 impl Plugin for AutoReply {
+    fn validate_config(config: &Config) -> Result<(), String> {
+        Settings::read(config).map(|_| ())
+    }
+
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {
         if event.kind != "channel.customer_message" {
             return Ok(Outcome::pass());
         }
         let config = Config::new(host.config())?;
-        let rules = Rule::parse_all(config.get("keywords"))?;
-        let sender_name =
-            Some(config.str_or("sender_name", "Auto-reply")?).filter(|n| !n.is_empty());
-        let away_message = config.str("away_message")?;
-        let away_every_secs = config.u64_or("away_every_secs", 3600)?;
+        let Settings {
+            rules,
+            sender_name,
+            away_message,
+            away_every_secs,
+        } = Settings::read(&config)?;
 
         if let Some(text) = event.message_text()
             && let Some(reply) = rules::first_match(&rules, text)

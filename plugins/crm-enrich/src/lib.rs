@@ -62,6 +62,13 @@ impl Plugin for CrmEnrich {
         }
         Ok(Outcome::reply(reply))
     }
+
+    fn validate_config(config: &Config) -> Result<(), String> {
+        config.str("link_template")?;
+        config.str("lookup")?;
+        config.bool_or("enable_assign", true)?;
+        Ok(())
+    }
 }
 
 /// Fields the event already carries, for when no CRM answers.

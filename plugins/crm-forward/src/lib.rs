@@ -12,17 +12,26 @@ pub struct CrmForward;
 
 impl Plugin for CrmForward {
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {
-        let config = Config::new(host.config())?;
-        let destination = config.required_str("destination")?;
-        let globs = config
-            .strings("events")?
-            .unwrap_or_else(|| vec!["channel.*".to_owned()]);
+        let (destination, globs) = settings(&Config::new(host.config())?)?;
         let wanted = globs.iter().any(|g| event.kind_matches(g));
         if !wanted || is_typing(event) {
             return Ok(Outcome::pass());
         }
-        Ok(Outcome::pass().forward(destination, shape::record(event)))
+        Ok(Outcome::pass().forward(&destination, shape::record(event)))
     }
+
+    fn validate_config(config: &Config) -> Result<(), String> {
+        settings(config).map(|_| ())
+    }
+}
+
+/// The destination and the event globs, from the config.
+fn settings(config: &Config) -> Result<(String, Vec<String>), String> {
+    let destination = config.required_str("destination")?.to_owned();
+    let globs = config
+        .strings("events")?
+        .unwrap_or_else(|| vec!["channel.*".to_owned()]);
+    Ok((destination, globs))
 }
 
 /// Typing notices come and go by the second; a CRM has no use for them.

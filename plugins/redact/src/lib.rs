@@ -19,12 +19,7 @@ impl Plugin for Redact {
         let Some(text) = event.message_text() else {
             return Ok(Outcome::pass());
         };
-        let config = Config::new(host.config())?;
-        let kinds = Kinds {
-            cards: config.bool_or("cards", true)?,
-            emails: config.bool_or("emails", true)?,
-            phones: config.bool_or("phones", true)?,
-        };
+        let kinds = kinds(&Config::new(host.config())?)?;
         let Some((masked, count)) = mask(text, kinds) else {
             return Ok(Outcome::pass());
         };
@@ -36,6 +31,19 @@ impl Plugin for Redact {
         host.log(Level::Debug, &format!("masked {count} item(s)"));
         Ok(Outcome::replace(payload))
     }
+
+    fn validate_config(config: &Config) -> Result<(), String> {
+        kinds(config).map(|_| ())
+    }
+}
+
+/// What to mask, from the config (each kind on unless set to `false`).
+fn kinds(config: &Config) -> Result<Kinds, String> {
+    Ok(Kinds {
+        cards: config.bool_or("cards", true)?,
+        emails: config.bool_or("emails", true)?,
+        phones: config.bool_or("phones", true)?,
+    })
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -49,6 +57,15 @@ mod tests {
 
     fn run(config: Value, event: &Event) -> Outcome {
         Redact::handle(event, &mut FakeHost::new(config)).unwrap()
+    }
+
+    #[test]
+    fn a_setting_of_the_wrong_type_is_refused_at_load_naming_the_key() {
+        let bad = Config::new(json!({"cards": "yes"})).unwrap();
+        let err = Redact::validate_config(&bad).unwrap_err();
+        assert!(err.contains("cards"), "{err}");
+        let good = Config::new(json!({"cards": false})).unwrap();
+        assert_eq!(Redact::validate_config(&good), Ok(()));
     }
 
     #[test]

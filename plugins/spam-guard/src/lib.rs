@@ -17,19 +17,45 @@ use rate::{Window, count};
 
 pub struct SpamGuard;
 
-impl Plugin for SpamGuard {
-    fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {
-        if event.kind != "channel.customer_message" {
-            return Ok(Outcome::pass());
-        }
-        let config = Config::new(host.config())?;
-        let patterns = config.strings("patterns")?.unwrap_or_default();
-        let limit = config.u64_or("max_messages", 20)?;
+/// The config, checked.
+struct Settings {
+    patterns: Vec<String>,
+    limit: u64,
+    window_secs: u64,
+    forward_to: Option<String>,
+}
+
+impl Settings {
+    fn read(config: &Config) -> Result<Settings, String> {
         let window_secs = config.u64_or("window_secs", 60)?;
         if window_secs == 0 {
             return Err("config: window_secs must be at least 1".to_owned());
         }
-        let forward_to = config.str("forward_to")?;
+        Ok(Settings {
+            patterns: config.strings("patterns")?.unwrap_or_default(),
+            limit: config.u64_or("max_messages", 20)?,
+            window_secs,
+            forward_to: config.str("forward_to")?.map(str::to_owned),
+        })
+    }
+}
+
+impl Plugin for SpamGuard {
+    fn validate_config(config: &Config) -> Result<(), String> {
+        Settings::read(config).map(|_| ())
+    }
+
+    fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {
+        if event.kind != "channel.customer_message" {
+            return Ok(Outcome::pass());
+        }
+        let Settings {
+            patterns,
+            limit,
+            window_secs,
+            forward_to,
+        } = Settings::read(&Config::new(host.config())?)?;
+        let forward_to = forward_to.as_deref();
 
         let reason = match spam_pattern(event.message_text(), &patterns) {
             Some(p) => Some(format!("spam pattern \"{p}\"")),
