@@ -6,6 +6,7 @@
 mod support;
 
 mod agent_api;
+mod authoring;
 mod channel_ingress;
 mod crm;
 mod delivery;

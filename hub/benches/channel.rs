@@ -16,7 +16,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,24 +29,14 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
+mod common;
+
+use common::{create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
+
 const ADMIN: &str = "bench-admin-token-0123456789";
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-// SAFETY: see the `set_var` call below: no other thread exists yet.
-#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
-#[allow(clippy::disallowed_methods, reason = "as in the hub's own `main`")]
 fn main() {
-    // As in the hub's own `main`: no backtrace per plugin call.
-    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
-        // SAFETY: before the runtime starts, no other thread exists.
-        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
-    }
+    guard_backtraces();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     if std::env::var_os("BENCH_SERVE_HELLO").is_some() {
         runtime.block_on(hello_process());
@@ -150,7 +140,7 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
     for setup in [SETUPS[0], SETUPS[2], SETUPS[3]] {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut hub = ServedHub::start(dir.path(), integrator, setup, plugins).await;
-        let idle = rss_kib(hub.child.id());
+        let idle = memory_kib(hub.child.id(), "VmRSS");
         let run = ingress(hub.addr, &hub.path, conns, duration, setup, &base).await;
         if setup.redact && setup.durability == "full" {
             paced(hub.addr, &hub.path, conns, duration, &run).await;
@@ -166,7 +156,7 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
             println!(
                 "  hub RSS: idle {:.1} MB, after the runs {:.1} MB; database {:.1} MB, WAL {:.1} MB",
                 idle as f64 / 1024.0,
-                rss_kib(hub.child.id()) as f64 / 1024.0,
+                memory_kib(hub.child.id(), "VmRSS") as f64 / 1024.0,
                 size("bench.db"),
                 size("bench.db-wal")
             );
@@ -209,13 +199,19 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
     base.print("hello-world (bare hyper)", None);
     let pid = std::env::var("BENCH_PID").ok().and_then(|p| p.parse().ok());
     if let Some(pid) = pid {
-        println!("hub RSS before: {:.1} MB", rss_kib(pid) as f64 / 1024.0);
+        println!(
+            "hub RSS before: {:.1} MB",
+            memory_kib(pid, "VmRSS") as f64 / 1024.0
+        );
     }
     let ingress = load(addr, path, conns, duration, &customer_message, None).await;
     ingress.print("customer-message ingress", Some(base));
     paced(addr, path, conns, duration, &ingress).await;
     if let Some(pid) = pid {
-        println!("hub RSS after: {:.1} MB", rss_kib(pid) as f64 / 1024.0);
+        println!(
+            "hub RSS after: {:.1} MB",
+            memory_kib(pid, "VmRSS") as f64 / 1024.0
+        );
     }
 }
 
@@ -239,30 +235,6 @@ async fn paced(addr: SocketAddr, path: &str, conns: usize, duration: Duration, c
     let rate = Some(closed.rps() / 2.0);
     let run = load(addr, path, conns, duration, &customer_message, rate).await;
     run.print("  paced at half that rate", None);
-}
-
-/// Resident memory of a process, in KiB (0 when unknown).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn plugins_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(root.join("scripts/build-plugins.sh"))
-        .current_dir(&root)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run scripts/build-plugins.sh");
-    assert!(status.success(), "building the plugins failed");
-    root.join("target/plugins/wasm32-wasip2/release")
 }
 
 /// The hub configuration of a setup.
@@ -543,24 +515,8 @@ async fn provision(base: &str, integrator: SocketAddr) -> (String, String) {
         .json()
         .await
         .expect("agent json");
-    let channel: Value = http
-        .post(format!("{base}/admin/v1/channels"))
-        .bearer_auth(ADMIN)
-        .json(
-            &json!({ "name": "bench", "customer_endpoint": format!("http://{integrator}/hook"),
-                       "agents": ["bench@example.com"] }),
-        )
-        .send()
-        .await
-        .expect("create channel")
-        .json()
-        .await
-        .expect("channel json");
-    let endpoint = channel["endpoint_url"]
-        .as_str()
-        .expect("endpoint")
-        .to_owned();
-    let path = endpoint.trim_start_matches(base).to_owned();
+    let hook = format!("http://{integrator}/hook");
+    let path = create_channel(base, ADMIN, "bench", &hook, &["bench@example.com"]).await;
     let token = agent["token"].as_str().expect("token").to_owned();
     (path, token)
 }

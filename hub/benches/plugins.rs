@@ -6,8 +6,7 @@
 //! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs),
 //! BENCH_SLOTS (default 64, the runtime's pooled instances).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,22 +20,9 @@ use hub::runtime::Runtime;
 use hub::store::Store;
 use serde_json::json;
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
 
-fn plugins_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(root.join("scripts/build-plugins.sh"))
-        .current_dir(&root)
-        .status()
-        .expect("run scripts/build-plugins.sh");
-    assert!(status.success(), "building the plugins failed");
-    root.join("target/plugins/wasm32-wasip2/release")
-}
+use common::{env_or, guard_backtraces, plugins_dir};
 
 /// One plugin of a chain: its name, the `.wasm` it loads and its config table.
 type Link<'a> = (&'a str, &'a str, &'a str);
@@ -114,15 +100,8 @@ async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figure
     }
 }
 
-// SAFETY: see the `set_var` call below: no other thread exists yet.
-#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
-#[allow(clippy::disallowed_methods, reason = "as in the hub's own `main`")]
 fn main() {
-    // As in the hub's own `main`: no backtrace per plugin call (see there).
-    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
-        // SAFETY: before the runtime starts, no other thread exists.
-        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
-    }
+    guard_backtraces();
     tokio::runtime::Runtime::new()
         .expect("tokio runtime")
         .block_on(bench());

@@ -18,5 +18,6 @@ pub mod ids;
 pub mod outbound;
 pub mod pipeline;
 pub mod runtime;
+pub mod scaffold;
 pub mod store;
 pub mod tryout;

@@ -1,14 +1,16 @@
-//! The `hub` command: serve, check a configuration, provision channels and agents.
+//! The `hub` command: serve, check a configuration, provision channels and
+//! agents, inspect deliveries and events, and write and try plugins.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use hub::config::Config;
 use hub::core::provisioning::{self, ChannelSpec};
 use hub::store::{OutboxState, Store};
-use hub::tryout;
+use hub::{scaffold, tryout};
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +44,21 @@ enum Command {
     /// Inspect outbound deliveries and replay dead letters.
     #[command(subcommand)]
     Deliveries(DeliveriesCommand),
+    /// Inspect the event log.
+    #[command(subcommand)]
+    Events(EventsCommand),
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Print one logged event as JSON.
+    Show {
+        /// The event's id (a UUID, as in logs and delivery results).
+        id: String,
+        /// Print it as an event file for `hub plugin test`.
+        #[arg(long)]
+        as_event: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -69,18 +86,52 @@ enum DeliveriesCommand {
 
 #[derive(Subcommand)]
 enum PluginCommand {
+    /// Write a new plugin crate that builds and passes `hub plugin test` as it is.
+    New {
+        /// The plugin's name: letters, digits, `-` and `_`, starting with a letter.
+        name: String,
+        /// Where to write the crate (default: ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run one plugin on one recorded event; prints the outcome as JSON and
     /// the plugin's logs on stderr.
-    Test {
-        /// A plugin named in the configuration, or the path of a .wasm file.
-        plugin: String,
-        /// The event: {"kind": "channel.customer_message", "payload": {...}}.
+    Test(TestArgs),
+    /// Print a plugin's key-value data from the hub's database.
+    Kv {
+        /// The plugin's name in hub.toml (its key-value namespace).
+        name: String,
+        /// One JSON object per line: {"key", "value", "updated_at"}.
         #[arg(long)]
-        event: PathBuf,
-        /// The plugin's config table as JSON or TOML (replaces the one in hub.toml).
-        #[arg(long = "plugin-config")]
-        plugin_config: Option<String>,
+        json: bool,
     },
+}
+
+#[derive(Args)]
+struct TestArgs {
+    /// A plugin named in the configuration, or the path of a .wasm file.
+    plugin: String,
+    /// The event file: {"kind": "channel.customer_message", "payload": {...}}.
+    #[arg(required_unless_present = "event", conflicts_with = "event")]
+    event_file: Option<PathBuf>,
+    /// The event file, as a flag.
+    #[arg(long, value_name = "EVENT_FILE")]
+    event: Option<PathBuf>,
+    /// The plugin's config table as JSON or TOML (replaces the one in hub.toml).
+    #[arg(long = "plugin-config")]
+    plugin_config: Option<String>,
+    /// Grant the plugin this destination (repeatable); it gets no other.
+    /// Without a hub.toml destination of that name, a stand-in records its sends.
+    #[arg(long = "grant", value_name = "NAME")]
+    grants: Vec<String>,
+    /// Really send to granted destinations of hub.toml, with their headers;
+    /// otherwise every `send` is answered 200 {} and printed.
+    #[arg(long)]
+    live_send: bool,
+    /// Rebuild the crate in the current directory (cargo build --release
+    /// --target wasm32-wasip2) and run again whenever src/ changes.
+    #[arg(long)]
+    watch: bool,
 }
 
 #[derive(Subcommand)]
@@ -133,8 +184,11 @@ enum AgentCommand {
 
 fn main() -> std::process::ExitCode {
     quiet_library_backtraces();
-    init_tracing();
     let cli = Cli::parse();
+    // `hub plugin test` makes a new scratch database each time: its
+    // migrations would bury the plugin's own log lines.
+    let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
+    init_tracing(scratch);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -168,9 +222,10 @@ fn quiet_library_backtraces() {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(quiet_store: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("info,{}", hub::store::QUIET_DRIVER_LOGS))
+        let store = if quiet_store { ",hub::store=warn" } else { "" };
+        tracing_subscriber::EnvFilter::new(format!("info,{}{store}", hub::store::QUIET_DRIVER_LOGS))
     });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -180,9 +235,12 @@ fn init_tracing() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Plugin(PluginCommand::New { name, dir }) = &cli.command {
+        return plugin_new(name, dir.as_deref());
+    }
     // A plugin file can be tried where there is no hub.toml at all.
     let config = match &cli.command {
-        Command::Plugin(_) if !cli.config.exists() => {
+        Command::Plugin(PluginCommand::Test(_)) if !cli.config.exists() => {
             Config::parse("", &cli.config).context("default configuration")?
         }
         _ => Config::load(&cli.config)?,
@@ -194,7 +252,28 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Agent(cmd) => agent(config, cmd).await,
         Command::Plugin(cmd) => plugin(config, cmd).await,
         Command::Deliveries(cmd) => deliveries(config, cmd).await,
+        Command::Events(cmd) => events(config, cmd).await,
     }
+}
+
+async fn events(config: Config, cmd: EventsCommand) -> Result<()> {
+    let store = open_store(&config).await?;
+    let EventsCommand::Show { id, as_event } = cmd;
+    let event = store
+        .event_by_id(&id)
+        .await?
+        .with_context(|| format!("no event has the id `{id}`"))?;
+    let text = if as_event {
+        let channel = match event.channel_id {
+            Some(channel_id) => store.channel_by_id(channel_id).await?.map(|c| c.name),
+            None => None,
+        };
+        serde_json::to_string_pretty(&tryout::EventFile::of(&event, channel))?
+    } else {
+        serde_json::to_string_pretty(&event)?
+    };
+    store.close().await;
+    out(&text)
 }
 
 async fn deliveries(config: Config, cmd: DeliveriesCommand) -> Result<()> {
@@ -254,14 +333,170 @@ async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
 
 async fn plugin(config: Config, cmd: PluginCommand) -> Result<()> {
     match cmd {
-        PluginCommand::Test {
-            plugin,
-            event,
-            plugin_config,
-        } => {
-            let chosen = tryout::plugin_config(&config, &plugin, plugin_config.as_deref())?;
-            let outcome = tryout::run(&config, chosen, &event).await?;
-            out(&serde_json::to_string_pretty(&outcome)?)
+        PluginCommand::New { name, dir } => plugin_new(&name, dir.as_deref()),
+        PluginCommand::Test(args) if args.watch => watch(&config, &args).await,
+        PluginCommand::Test(args) => test_once(&config, &args).await,
+        PluginCommand::Kv { name, json } => plugin_kv(&config, &name, json).await,
+    }
+}
+
+fn plugin_new(name: &str, dir: Option<&Path>) -> Result<()> {
+    let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
+    let written = scaffold::new_plugin(name, &dir)?;
+    let mut text = format!("created plugin `{name}` in {}:\n", written.dir.display());
+    for file in &written.files {
+        text.push_str(&format!("  {file}\n"));
+    }
+    if written.plugin_api_missing {
+        text.push_str(&format!(
+            "warning: {} (the plugin-api this hub was built with) is missing: point the \
+             plugin-api dependency in Cargo.toml at your checkout of the hub\n",
+            written.plugin_api.display()
+        ));
+    }
+    text.push_str(&format!(
+        "next, in {} (once: rustup target add wasm32-wasip2):\n  cargo test\n  \
+         cargo build --release --target wasm32-wasip2\n  \
+         hub plugin test {} events/customer_message.json",
+        written.dir.display(),
+        written.wasm
+    ));
+    out(&text)
+}
+
+async fn plugin_kv(config: &Config, name: &str, json: bool) -> Result<()> {
+    let store = open_store(config).await?;
+    let entries = store.kv_entries(name).await;
+    store.close().await;
+    let entries = entries?;
+    if entries.is_empty() && !config.plugins.iter().any(|p| p.name == name) {
+        eprintln!("note: no plugin of the configuration is named `{name}`");
+    }
+    for e in entries {
+        if json {
+            out(&serde_json::to_string(&e)?)?;
+        } else {
+            out(&format!("{}\t{}", one_line(&e.key), one_line(&e.value)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Control characters escaped, so one entry stays one line of the table.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// One `hub plugin test`: notes (stubbed sends, grants) and the plugin's
+/// logs on stderr, the outcome on stdout.
+async fn test_once(config: &Config, args: &TestArgs) -> Result<()> {
+    let event = args
+        .event_file
+        .as_ref()
+        .or(args.event.as_ref())
+        .context("name the event file")?;
+    let chosen = tryout::plugin_config(config, &args.plugin, args.plugin_config.as_deref())?;
+    let grants = tryout::Grants {
+        names: args.grants.clone(),
+        live_send: args.live_send,
+    };
+    let mut notes = Vec::new();
+    let outcome = tryout::run(config, chosen, event, &grants, &mut notes).await;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    out(&serde_json::to_string_pretty(&outcome?)?)
+}
+
+/// `--watch`: runs once, then polls the crate's sources and the event file
+/// every 500 ms; a change in the sources rebuilds the component first.
+async fn watch(config: &Config, args: &TestArgs) -> Result<()> {
+    let dir = std::env::current_dir().context("the current directory")?;
+    if !dir.join("Cargo.toml").is_file() {
+        anyhow::bail!(
+            "--watch rebuilds the plugin crate in the current directory, and {} has no Cargo.toml",
+            dir.display()
+        );
+    }
+    let event = args.event_file.as_ref().or(args.event.as_ref());
+    let mut seen = Stamps::of(&dir, event.map(PathBuf::as_path));
+    report(test_once(config, args).await);
+    eprintln!(
+        "watching {} for changes (Ctrl-C ends)",
+        dir.join("src").display()
+    );
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            r = tokio::signal::ctrl_c() => return r.context("waiting for Ctrl-C"),
+        }
+        let now = Stamps::of(&dir, event.map(PathBuf::as_path));
+        if now == seen {
+            continue;
+        }
+        let rebuild = now.sources != seen.sources;
+        seen = now;
+        if rebuild {
+            eprintln!("change in the sources: cargo build --release --target wasm32-wasip2");
+            let status = tokio::process::Command::new("cargo")
+                .args(["build", "--release", "--target", "wasm32-wasip2"])
+                .current_dir(&dir)
+                .status()
+                .await
+                .context("running cargo")?;
+            if !status.success() {
+                eprintln!("the build failed; waiting for the next change");
+                continue;
+            }
+        }
+        report(test_once(config, args).await);
+    }
+}
+
+fn report(result: Result<()>) {
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+    }
+}
+
+/// Modification times of what `--watch` follows.
+#[derive(PartialEq, Eq)]
+struct Stamps {
+    /// `Cargo.toml` and every file under `src/`.
+    sources: Vec<(PathBuf, Option<SystemTime>)>,
+    event: Option<SystemTime>,
+}
+
+impl Stamps {
+    fn of(dir: &Path, event: Option<&Path>) -> Stamps {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let mut sources = vec![(dir.join("Cargo.toml"), modified(&dir.join("Cargo.toml")))];
+        let mut stack = vec![dir.join("src")];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for path in entries.flatten().map(|e| e.path()) {
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    sources.push((path.clone(), modified(&path)));
+                }
+            }
+        }
+        sources.sort();
+        Stamps {
+            sources,
+            event: event.and_then(modified),
         }
     }
 }

@@ -53,12 +53,66 @@ const TEMPLATES: &[Template] = &[
 /// Names cargo refuses for a package, or that would shadow a crate every
 /// plugin links.
 const RESERVED: &[&str] = &[
-    "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum",
-    "extern", "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move",
-    "mut", "pub", "ref", "return", "self", "static", "struct", "super", "trait", "true", "type",
-    "unsafe", "use", "where", "while", "abstract", "become", "box", "do", "final", "gen", "macro",
-    "override", "priv", "try", "typeof", "unsized", "virtual", "yield", "test", "std", "core",
-    "alloc", "proc_macro", "proc-macro", "plugin-api", "plugin_api", "serde_json",
+    "as",
+    "async",
+    "await",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "fn",
+    "for",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "type",
+    "unsafe",
+    "use",
+    "where",
+    "while",
+    "abstract",
+    "become",
+    "box",
+    "do",
+    "final",
+    "gen",
+    "macro",
+    "override",
+    "priv",
+    "try",
+    "typeof",
+    "unsized",
+    "virtual",
+    "yield",
+    "test",
+    "std",
+    "core",
+    "alloc",
+    "proc_macro",
+    "proc-macro",
+    "plugin-api",
+    "plugin_api",
+    "serde_json",
 ];
 
 /// Names the template imports; a plugin type of the same name would clash.
@@ -68,9 +122,7 @@ const IMPORTED: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScaffoldError {
-    #[error(
-        "`{0}` is not a plugin name: use letters, digits, `-` and `_`, starting with a letter"
-    )]
+    #[error("`{0}` is not a plugin name: use letters, digits, `-` and `_`, starting with a letter")]
     Name(String),
     #[error("`{0}` cannot be the name of a crate (a Rust keyword or a crate every plugin uses)")]
     Reserved(String),
@@ -143,9 +195,9 @@ pub fn new_plugin(name: &str, dir: &Path) -> Result<Written, ScaffoldError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        let text = vars
-            .iter()
-            .fold(t.text.to_owned(), |text, (key, value)| text.replace(key, value));
+        let text = vars.iter().fold(t.text.to_owned(), |text, (key, value)| {
+            text.replace(key, value)
+        });
         std::fs::write(&path, text).map_err(io(&path))?;
         files.push(t.path);
     }
@@ -207,9 +259,15 @@ mod tests {
             assert!(check_name(ok).is_ok(), "{ok}");
         }
         for bad in ["", "1abc", "-x", "a b", "a/b", "ü", "a.b", "../x"] {
-            assert!(matches!(check_name(bad), Err(ScaffoldError::Name(_))), "{bad}");
+            assert!(
+                matches!(check_name(bad), Err(ScaffoldError::Name(_))),
+                "{bad}"
+            );
         }
-        assert!(matches!(check_name("test"), Err(ScaffoldError::Reserved(_))));
+        assert!(matches!(
+            check_name("test"),
+            Err(ScaffoldError::Reserved(_))
+        ));
         assert_eq!(type_name("word-filter"), "WordFilter");
         assert_eq!(type_name("a__b-c"), "ABC");
         assert_eq!(type_name("plugin"), "PluginPlugin");
@@ -230,8 +288,8 @@ mod tests {
         let manifest = std::fs::read_to_string(written.dir.join("Cargo.toml")).expect("manifest");
         let manifest: toml::Table = toml::from_str(&manifest).expect("Cargo.toml is TOML");
         assert_eq!(manifest["package"]["name"].as_str(), Some("word-filter"));
-        let fragment = std::fs::read_to_string(written.dir.join("hub.toml.fragment"))
-            .expect("fragment");
+        let fragment =
+            std::fs::read_to_string(written.dir.join("hub.toml.fragment")).expect("fragment");
         let fragment: toml::Table = toml::from_str(&fragment).expect("the fragment is TOML");
         assert!(
             fragment["plugins"][0]["path"]

@@ -80,16 +80,32 @@ impl Drop for Scratch {
 }
 
 /// Loads and type-checks every plugin of `config`: the plugin half of `hub check`.
+/// Loads every plugin and checks its config (`validate-config`). Stricter
+/// than `hub serve`: a plugin that is not required and would be left out
+/// (the hub would run degraded) is a problem here too, said as such.
 pub async fn check_plugins(config: &Config) -> Result<usize, Vec<String>> {
     let scratch = Scratch::open().await.map_err(|e| vec![e.to_string()])?;
-    let result = (|| {
-        let cache = config.resolve(&config.runtime.cache_dir);
-        let runtime = runtime(cache).map_err(|e| vec![e.to_string()])?;
-        let sender = HttpSender::new().map_err(|e| vec![e.to_string()])?;
-        Wiring::load(config, &runtime, &scratch.store, &sender).map(|(w, _)| w.plugins.len())
-    })();
+    let result = check_with(config, &scratch.store).await;
     scratch.close().await;
     result
+}
+
+async fn check_with(config: &Config, store: &Store) -> Result<usize, Vec<String>> {
+    let cache = config.resolve(&config.runtime.cache_dir);
+    let runtime = runtime(cache).map_err(|e| vec![e.to_string()])?;
+    let sender = HttpSender::new().map_err(|e| vec![e.to_string()])?;
+    let (wiring, _) = Wiring::load(config, &runtime, store, &sender)?;
+    let wiring = wiring.validate_configs(config).await?;
+    if wiring.unavailable.is_empty() {
+        return Ok(wiring.plugins.len());
+    }
+    Err(wiring
+        .unavailable
+        .iter()
+        .map(|(_, error)| {
+            format!("{error} (required = false: `hub serve` would start without it, degraded)")
+        })
+        .collect())
 }
 
 fn runtime(cache_dir: PathBuf) -> Result<Runtime, TryoutError> {
@@ -269,7 +285,7 @@ async fn run_on(
     let mut first_error: Option<PluginError> = None;
     let kind = input.event.kind.clone();
     let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
-    let (outcome, micros) = loop {
+    let (outcome, sends, micros) = loop {
         stand_ins.begin_run();
         let all = targets
             .iter()
@@ -278,8 +294,8 @@ async fn run_on(
         let mut destinations = Vec::new();
         for (name, target) in all {
             let timeout_ms = match &target {
-                Target::Live(d) => d.policy.timeout.as_millis(),
-                _ => u128::from(STAND_IN_TIMEOUT_MS),
+                Target::Live(d) => u64::try_from(d.policy.timeout.as_millis()).unwrap_or(u64::MAX),
+                _ => STAND_IN_TIMEOUT_MS,
             };
             let url = stand_ins.url(&name, target);
             destinations.push(stand_in_config(&name, &url, timeout_ms)?);
@@ -296,6 +312,13 @@ async fn run_on(
         let (loaded, _) = Plugin::load(&runtime, &under_test, &path, services)
             .map_err(|e| TryoutError::Setup(e.to_string()))?;
         let loaded = Arc::new(loaded);
+        // As the hub does when it loads the plugin, before any event.
+        if ungranted.is_empty() {
+            loaded
+                .validate_config()
+                .await
+                .map_err(|e| TryoutError::Plugin(format!("the config is refused: {e}")))?;
+        }
         let before = loaded.counters().snapshot().micros;
         let result = loaded.call(input, &check).await;
         let micros = loaded.counters().snapshot().micros.saturating_sub(before);
@@ -307,39 +330,204 @@ async fn run_on(
                 |e| e.to_string(),
             );
             return Err(TryoutError::Plugin(format!(
-                "{error}\n  the plugin called send(\"{name}\"); the hub stops a call that sends to a \
-                 destination not granted. Grant it here with --grant {name} (and in hub.toml with \
-                 `destinations = [\"{name}\"]`)"
+                "{error}\n  the plugin called send(\"{name}\"), and the hub stops a call that sends \
+                 to a destination not granted: grant it here with --grant {name}, and in hub.toml \
+                 with `destinations = [\"{name}\"]`"
             )));
         }
-        match result {
-            Err(e) if e.kind == ErrorKind::Destination && ungranted.len() + 1 < MAX_RUNS => {
-                let Some(name) = not_granted(&e.message) else {
-                    note_sends(&sends, notes);
-                    return Err(TryoutError::Plugin(e.to_string()));
-                };
-                if ungranted.contains(&name) || targets.iter().any(|(n, _)| *n == name) {
-                    note_sends(&sends, notes);
-                    return Err(TryoutError::Plugin(e.to_string()));
-                }
-                notes.push(format!(
-                    "`{name}` is not granted; running the plugin again with a stand-in for it to \
-                     show what it does (its log lines repeat, sends are not made again)"
-                ));
-                first_error.get_or_insert(e);
-                ungranted.push(name);
-            }
-            Err(e) => {
-                note_sends(&sends, notes);
-                return Err(TryoutError::Plugin(e.to_string()));
-            }
-            Ok(outcome) => {
-                note_sends(&sends, notes);
-                break (outcome, sends);
-            }
-        }
-        .map_or((), |_: ()| ());
-        let _ = micros;
+        let error = match result {
+            Ok(outcome) => break (outcome, sends, micros),
+            Err(e) => e,
+        };
+        let retry = (error.kind == ErrorKind::Destination && ungranted.len() + 1 < MAX_RUNS)
+            .then(|| not_granted(&error.message))
+            .flatten()
+            .filter(|name| !ungranted.contains(name) && !targets.iter().any(|(n, _)| n == name));
+        let Some(name) = retry else {
+            note_sends(&sends, notes);
+            return Err(TryoutError::Plugin(error.to_string()));
+        };
+        notes.push(format!(
+            "`{name}` is not granted: running the plugin again with a stand-in for it, to show \
+             what it does (its log lines repeat; sends are answered as before, not made again)"
+        ));
+        first_error.get_or_insert(error);
+        ungranted.push(name);
     };
-    unreachable_guard(outcome, micros)
+    note_sends(&sends, notes);
+
+    let forwards: Vec<Value> = outcome
+        .forwards
+        .iter()
+        .map(|f| {
+            let name = &f.destination.name;
+            let mut forward = json!({ "destination": name, "payload": f.payload });
+            if ungranted.contains(name) {
+                forward["note"] = json!(format!(
+                    "not granted: in the hub this forward fails the call (error kind \
+                     `destination`); grant it with `destinations = [\"{name}\"]` in hub.toml"
+                ));
+            }
+            forward
+        })
+        .collect();
+    let mut out = match outcome.action {
+        Action::Continue(None) => json!({ "outcome": "continue", "changed": false }),
+        Action::Continue(Some(p)) => {
+            json!({ "outcome": "continue", "changed": true, "payload": p })
+        }
+        Action::Drop(reason) => json!({ "outcome": "drop", "reason": reason }),
+        Action::Reply(reply) => json!({ "outcome": "reply", "reply": reply }),
+    };
+    out["forwards"] = Value::Array(forwards);
+    out["sends"] = Value::Array(sends.iter().map(send_json).collect());
+    // Shown, not kept: the scratch database goes away with the test.
+    out["kv_writes"] = json!(outcome.kv_writes);
+    out["micros"] = json!(micros);
+    Ok(out)
+}
+
+/// A stand-in's `timeout_ms`: the call's own deadline bounds a send anyway.
+const STAND_IN_TIMEOUT_MS: u64 = 5000;
+
+/// What each destination of the plugin does: only granted names, live only
+/// with `--live-send` and a destination of that name in `hub.toml`. Says so
+/// in `notes` wherever the author might expect otherwise.
+fn targets(
+    config: &Config,
+    plugin: &PluginConfig,
+    grants: &Grants,
+    notes: &mut Vec<String>,
+) -> Vec<(String, Target)> {
+    let real = Destinations::from_config(&config.destinations);
+    let in_file = config.source.is_some();
+    if grants.names.is_empty() && !plugin.destinations.is_empty() {
+        notes.push(format!(
+            "hub.toml grants `{}` {}; here it has no destination unless named with --grant",
+            plugin.name,
+            plugin.destinations.join(", ")
+        ));
+    }
+    let mut targets = Vec::new();
+    for name in &grants.names {
+        if targets.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if in_file
+            && config.plugins.iter().any(|p| p.name == plugin.name)
+            && !plugin.destinations.contains(name)
+        {
+            notes.push(format!(
+                "--grant {name}: hub.toml does not grant `{name}` to `{}`; in the hub its sends \
+                 and forwards there fail",
+                plugin.name
+            ));
+        }
+        let target = match real.get(name) {
+            Some(d) if grants.live_send => Target::Live(d.clone()),
+            Some(_) => Target::Stub,
+            None => {
+                if in_file {
+                    notes.push(format!(
+                        "--grant {name}: no destination of hub.toml has this name; a stand-in \
+                         answers its sends with 200 {{}}"
+                    ));
+                }
+                Target::Stub
+            }
+        };
+        targets.push((name.clone(), target));
+    }
+    if grants.live_send && !targets.iter().any(|(_, t)| matches!(t, Target::Live(_))) {
+        notes.push(
+            "--live-send: no granted destination of hub.toml, so every send is stubbed".to_owned(),
+        );
+    }
+    targets
+}
+
+/// A destination of the plugin under test, at the stand-in server, without
+/// headers: secrets of `hub.toml` never reach it.
+fn stand_in_config(
+    name: &str,
+    url: &str,
+    timeout_ms: u64,
+) -> Result<DestinationConfig, TryoutError> {
+    // Built through serde so that every key left out takes its default.
+    serde_json::from_value(json!({ "name": name, "url": url, "timeout_ms": timeout_ms }))
+        .map_err(|e| TryoutError::Setup(format!("stand-in destination `{name}`: {e}")))
+}
+
+/// The name in the runtime's "destination `NAME` is not granted" error.
+fn not_granted(message: &str) -> Option<String> {
+    let rest = message.split_once("destination `")?.1;
+    let (name, tail) = rest.split_once('`')?;
+    tail.contains("not granted").then(|| name.to_owned())
+}
+
+fn note_sends(sends: &[stand_in::Send], notes: &mut Vec<String>) {
+    for s in sends.iter().filter(|s| !s.refused) {
+        let how = if s.live { "sent" } else { "stubbed" };
+        let answer = match &s.answer {
+            Answer::Reply { status, body } => format!("{status} {body}"),
+            Answer::Failed(e) => format!("failed: {e}"),
+        };
+        notes.push(format!(
+            "send to `{}` {how}: {} -> {answer}",
+            s.destination, s.payload
+        ));
+    }
+}
+
+fn send_json(s: &stand_in::Send) -> Value {
+    let mut v = json!({
+        "destination": s.destination,
+        "payload": s.payload,
+        "stubbed": !s.live,
+    });
+    match &s.answer {
+        Answer::Reply { status, body } => {
+            v["status"] = json!(status);
+            v["body"] = json!(body);
+        }
+        Answer::Failed(e) => v["error"] = json!(e),
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_in_a_not_granted_error() {
+        assert_eq!(
+            not_granted("destination `crm` is not granted to this plugin").as_deref(),
+            Some("crm")
+        );
+        assert_eq!(
+            not_granted("plugin x: destination `a b` is not granted").as_deref(),
+            Some("a b")
+        );
+        assert_eq!(not_granted("destination `crm` timed out"), None);
+        assert_eq!(not_granted("something else"), None);
+    }
+
+    #[test]
+    fn a_logged_event_reads_back_as_an_event_file() {
+        let mut event = Event::new(
+            EventKind::CUSTOMER_MESSAGE,
+            Direction::In,
+            json!({"sender": {"id": 1}, "message": {"type": "text", "text": "hi"}}),
+        );
+        event.channel_id = Some(3);
+        let text =
+            serde_json::to_string(&EventFile::of(&event, Some("shop".into()))).expect("serialised");
+        let back: EventFile = serde_json::from_str(&text).expect("read back");
+        assert_eq!(back.kind, "channel.customer_message");
+        assert_eq!(back.direction.as_deref(), Some("in"));
+        assert_eq!(back.channel.as_deref(), Some("shop"));
+        assert_eq!(back.chat_id, None);
+        assert_eq!(back.payload, event.payload);
+    }
 }

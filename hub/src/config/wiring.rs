@@ -70,6 +70,9 @@ pub struct PluginConfig {
     /// Distinct keys one call may set or delete.
     #[serde(default = "default_plugin_kv_max_writes_per_call")]
     pub kv_max_writes_per_call: usize,
+    /// Bytes (keys and values) one call may write.
+    #[serde(default = "default_plugin_kv_max_bytes_per_call")]
+    pub kv_max_bytes_per_call: usize,
     /// Whether the hub refuses to start (or reload) without this plugin.
     /// Unset: required when a `reject` route uses it (see
     /// [`Config::plugin_required`]).
@@ -95,6 +98,7 @@ impl PluginConfig {
             kv_max_keys: default_plugin_kv_max_keys(),
             kv_max_bytes: default_plugin_kv_max_bytes(),
             kv_max_writes_per_call: default_plugin_kv_max_writes_per_call(),
+            kv_max_bytes_per_call: default_plugin_kv_max_bytes_per_call(),
             required: None,
         }
     }
@@ -207,6 +211,9 @@ fn default_plugin_kv_max_bytes() -> u64 {
 }
 fn default_plugin_kv_max_writes_per_call() -> usize {
     100
+}
+fn default_plugin_kv_max_bytes_per_call() -> usize {
+    256 * 1024
 }
 fn default_destination_timeout_ms() -> u64 {
     5_000

@@ -116,7 +116,7 @@ impl HostState {
             "the key-value store is unavailable".to_owned()
         })?;
         let pending_keys = self.kv_writes.len() + usize::from(new_key);
-        let pending_bytes: usize = self
+        let call_bytes: usize = self
             .kv_writes
             .iter()
             .filter(|(k, _)| k.as_str() != key)
@@ -124,6 +124,13 @@ impl HostState {
             .sum::<usize>()
             + key.len()
             + value.len();
+        if call_bytes > quota.bytes_per_call {
+            return Err(format!(
+                "quota: more than {} bytes of key-value writes in one call (kv_max_bytes_per_call)",
+                quota.bytes_per_call
+            ));
+        }
+        let pending_bytes = call_bytes;
         if stored.keys + pending_keys as u64 > quota.max_keys {
             return Err(format!(
                 "quota: the plugin may keep at most {} keys (kv_max_keys)",
@@ -171,7 +178,9 @@ impl bindings::hub::plugin::host::Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.count()?;
         let message = one_line(&message, MAX_MESSAGE_BYTES);
-        if self.log_bytes + message.len() > MAX_LOG_BYTES_PER_CALL {
+        if self.log_bytes + message.len() > MAX_LOG_BYTES_PER_CALL
+            || !self.plugin.log_allowed(message.len())
+        {
             self.logs_dropped += 1;
             return Ok(());
         }

@@ -47,10 +47,26 @@ pub struct KvQuota {
     pub max_keys: u64,
     pub max_bytes: u64,
     pub writes_per_call: usize,
+    pub bytes_per_call: usize,
 }
 
 /// How long a measured key-value usage is trusted before it is read again.
 const KV_USAGE_TTL: Duration = Duration::from_secs(1);
+
+/// Bytes of log (its `log()` messages, stdout and stderr) one plugin may
+/// write per second, whatever the number of calls; the rest is dropped and
+/// counted, and said once a second.
+pub const MAX_LOG_BYTES_PER_SEC: usize = 64 * 1024;
+
+/// A plugin's log allowance for the current second, and what was dropped
+/// since the last warning about it.
+#[derive(Default)]
+struct LogWindow {
+    started: Option<Instant>,
+    used: usize,
+    dropped: usize,
+    warned: Option<Instant>,
+}
 
 pub struct Plugin {
     name: String,
@@ -63,6 +79,7 @@ pub struct Plugin {
     kv_usage: tokio::sync::Mutex<Option<(Instant, KvUsage)>>,
     /// Calls of this plugin running at once (`max_concurrency`).
     running: Semaphore,
+    log_window: std::sync::Mutex<LogWindow>,
     grants: HashMap<String, Arc<Destination>>,
     services: Services,
     runtime: Runtime,
@@ -169,9 +186,11 @@ impl Plugin {
                 max_keys: config.kv_max_keys,
                 max_bytes: config.kv_max_bytes,
                 writes_per_call: config.kv_max_writes_per_call,
+                bytes_per_call: config.kv_max_bytes_per_call,
             },
             kv_usage: tokio::sync::Mutex::new(None),
             running: Semaphore::new(config.max_concurrency.max(1) as usize),
+            log_window: std::sync::Mutex::new(LogWindow::default()),
             grants,
             services,
             runtime: runtime.clone(),
@@ -208,6 +227,59 @@ impl Plugin {
                 }
             }
         }
+    }
+
+    /// Whether `bytes` more of this plugin's text may go to the log this
+    /// second ([`MAX_LOG_BYTES_PER_SEC`]).
+    pub(crate) fn log_allowed(&self, bytes: usize) -> bool {
+        let mut w = self.log_window.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if w.started
+            .is_none_or(|s| now.duration_since(s) >= Duration::from_secs(1))
+        {
+            w.started = Some(now);
+            w.used = 0;
+        }
+        if w.used + bytes > MAX_LOG_BYTES_PER_SEC {
+            return false;
+        }
+        w.used += bytes;
+        true
+    }
+
+    /// Says, at most once a second, how many log messages were dropped.
+    fn warn_dropped(&self, event: &str) {
+        let mut w = self.log_window.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if w.dropped == 0
+            || w.warned
+                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        let dropped = std::mem::take(&mut w.dropped);
+        w.warned = Some(now);
+        drop(w);
+        tracing::warn!(plugin = %self.name, event, dropped, "plugin log output past its caps was dropped (16 KiB per call, 64 KiB/s per plugin)");
+    }
+
+    /// Logs a guest's stdout or stderr line by line within the log caps;
+    /// the bytes written and the lines dropped.
+    fn log_stdio(&self, stream: &'static str, bytes: &[u8]) -> (usize, usize) {
+        let (mut written, mut dropped) = (0, 0);
+        if bytes.is_empty() {
+            return (0, 0);
+        }
+        for line in String::from_utf8_lossy(bytes).lines() {
+            let line = one_line(line, MAX_MESSAGE_BYTES);
+            if !self.log_allowed(line.len()) {
+                dropped += 1;
+                continue;
+            }
+            written += line.len();
+            tracing::info!(plugin = %self.name, stream, "{line}");
+        }
+        (written, dropped)
     }
 
     pub(crate) fn memory_budget(&self) -> super::host::MemoryBudget {
@@ -327,12 +399,18 @@ impl Plugin {
         let result = tokio::time::timeout(left, run).await;
         let called = started.elapsed();
         let state = store.data_mut();
-        log_stdio(&self.name, "stdout", &state.stdout.contents());
-        log_stdio(&self.name, "stderr", &state.stderr.contents());
-        if state.logs_dropped > 0 {
-            tracing::warn!(plugin = %self.name, event = %input.event.id, dropped = state.logs_dropped, "plugin log messages past the per-call cap were dropped");
+        let (out_bytes, out_dropped) = self.log_stdio("stdout", &state.stdout.contents());
+        let (err_bytes, err_dropped) = self.log_stdio("stderr", &state.stderr.contents());
+        let dropped = state.logs_dropped + out_dropped + err_dropped;
+        if dropped > 0 {
+            self.log_window
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .dropped += dropped;
+            self.warn_dropped(&input.event.id.to_string());
         }
-        self.counters.log_bytes(state.log_bytes, state.logs_dropped);
+        self.counters
+            .log_bytes(state.log_bytes + out_bytes + err_bytes, dropped);
         self.counters.quota_refusals(state.quota_refusals);
         let answer = match result {
             Err(_) => {
@@ -611,15 +689,5 @@ fn trap_summary(e: &wasmtime::Error) -> String {
     match frame {
         Some(frame) => format!("{what} (in {frame})"),
         None => what,
-    }
-}
-
-fn log_stdio(plugin: &str, stream: &'static str, bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    for line in String::from_utf8_lossy(bytes).lines() {
-        let line = one_line(line, MAX_MESSAGE_BYTES);
-        tracing::info!(plugin, stream, "{line}");
     }
 }

@@ -20,6 +20,27 @@ impl Store {
             .ctx("reading a plugin key")
     }
 
+    /// Every key of a plugin's namespace with its value, in key order.
+    pub async fn kv_entries(&self, plugin: &str) -> Result<Vec<KvEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT key, value, updated_at FROM plugin_kv WHERE plugin = $1 ORDER BY key",
+        )
+        .bind(plugin)
+        .fetch_all(self.pool())
+        .await
+        .ctx("listing a plugin's keys")?;
+        rows.iter()
+            .map(|r| {
+                Ok(KvEntry {
+                    key: r.try_get("key")?,
+                    value: r.try_get("value")?,
+                    updated_at: r.try_get("updated_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .ctx("listing a plugin's keys")
+    }
+
     /// How much a plugin keeps: keys, and bytes of keys and values.
     pub async fn kv_usage(&self, plugin: &str) -> Result<KvUsage, StoreError> {
         let (keys, bytes): (i64, i64) = sqlx::query_as(
@@ -35,6 +56,15 @@ impl Store {
             bytes: u64::try_from(bytes).unwrap_or(0),
         })
     }
+}
+
+/// One key of a plugin's namespace, as `hub plugin kv` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KvEntry {
+    pub key: String,
+    pub value: String,
+    /// Unix milliseconds of the last write.
+    pub updated_at: i64,
 }
 
 /// What a plugin keeps in its key-value namespace.

@@ -34,7 +34,10 @@ pub enum Target {
 /// How one `send` was answered.
 #[derive(Debug, Clone)]
 pub enum Answer {
-    Reply { status: u16, body: String },
+    Reply {
+        status: u16,
+        body: String,
+    },
     /// The real destination could not be reached; the plugin sees its
     /// request fail.
     Failed(String),
@@ -123,8 +126,9 @@ impl Shared {
         };
         let mut state = self.state();
         if !refused {
+            let sent = state.seen.get(&name).copied().unwrap_or(0);
             let kept = state.answers.entry(name.clone()).or_default();
-            if kept.len() < state.seen.get(&name).copied().unwrap_or(0) {
+            if kept.len() < sent {
                 kept.push((answer.clone(), live));
             }
         }
@@ -225,7 +229,12 @@ async fn respond(
     shared: &Shared,
     req: http::Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, String> {
-    let index = req.uri().path().trim_start_matches('/').parse::<usize>().ok();
+    let index = req
+        .uri()
+        .path()
+        .trim_start_matches('/')
+        .parse::<usize>()
+        .ok();
     let body = req
         .into_body()
         .collect()

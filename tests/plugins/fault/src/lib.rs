@@ -19,6 +19,14 @@ impl Plugin for Fault {
         match config.str_or("fault", "none")? {
             "none" => Ok(Outcome::pass()),
             "loop" => spin(),
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(config.u64_or("secs", 3600)?));
+                Ok(Outcome::pass())
+            }
+            "recursion" => {
+                black_box(deep(black_box(u64::MAX)));
+                Ok(Outcome::pass())
+            }
             "memory" => hoard(),
             "trap" => panic!("fault plugin: trap"),
             "huge_output" => {
@@ -107,6 +115,16 @@ fn spin() -> ! {
         // black_box keeps the optimizer from proving the loop useless.
         n = black_box(n).wrapping_add(1);
     }
+}
+
+/// Recurses until the stack runs out; the frame is kept large and live so
+/// the compiler can neither shrink nor loop it.
+fn deep(n: u64) -> u64 {
+    let frame = black_box([n; 32]);
+    if n == 0 {
+        return 0;
+    }
+    deep(n - 1).wrapping_add(frame[7])
 }
 
 /// Grows and writes memory until the host's limit makes an allocation fail.

@@ -1,0 +1,77 @@
+//! What the benchmarks share: settings from the environment, the example
+//! plugins built for them, the backtrace guard, and a process's memory.
+
+#![allow(dead_code, reason = "each benchmark uses some of these")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A numeric setting from the environment, or `default`.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// As in the hub's own `main`: no backtrace per plugin trap, whatever the
+/// user's shell sets (`RUST_BACKTRACE=1` makes wasmtime capture one per
+/// call). Call it first thing in `main`, before any thread exists.
+#[allow(unsafe_code, reason = "`set_var` before any other thread exists")]
+#[allow(clippy::disallowed_methods, reason = "as in the hub's own `main`")]
+pub fn guard_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: called before the runtime starts, so no other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+}
+
+/// Builds the example plugins and the fault plugin; the directory of their `.wasm`.
+pub fn plugins_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(root.join("scripts/build-plugins.sh"))
+        .current_dir(&root)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run scripts/build-plugins.sh");
+    assert!(status.success(), "building the plugins failed");
+    root.join("target/plugins/wasm32-wasip2/release")
+}
+
+/// A field of `/proc/<pid>/status` in KiB: `VmRSS` (now) or `VmHWM` (peak).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Creates a channel through the admin API; the path of its endpoint.
+pub async fn create_channel(
+    base: &str,
+    admin: &str,
+    name: &str,
+    customer_endpoint: &str,
+    agents: &[&str],
+) -> String {
+    let channel: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/admin/v1/channels"))
+        .bearer_auth(admin)
+        .json(
+            &serde_json::json!({ "name": name, "customer_endpoint": customer_endpoint,
+                                   "agents": agents }),
+        )
+        .send()
+        .await
+        .expect("create channel")
+        .json()
+        .await
+        .expect("channel json");
+    let endpoint = channel["endpoint_url"].as_str().expect("endpoint");
+    endpoint.trim_start_matches(base).to_owned()
+}
