@@ -137,6 +137,15 @@ async fn redact_masks_customer_text_before_agents_and_the_log_see_it() {
             .await;
         assert!(seconds > 0.0, "{phase}: {seconds}");
     }
+    // And how long calls take, as a histogram.
+    let m = s.hub.metrics().await;
+    let count = m.get("hub_plugin_call_duration_seconds_count{plugin=\"redact\"}");
+    let all = m.get("hub_plugin_call_duration_seconds_bucket{plugin=\"redact\",le=\"+Inf\"}");
+    assert_eq!(
+        (count, all),
+        (Some(&1.0), Some(&1.0)),
+        "one call in the histogram"
+    );
     s.hub.shutdown().await;
 }
 

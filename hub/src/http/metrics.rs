@@ -8,6 +8,7 @@ use http::StatusCode;
 
 use crate::http::App;
 use crate::http::respond::{Resp, full, with_type};
+use crate::runtime::DURATION_BUCKETS_MICROS;
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -103,8 +104,43 @@ fn render(app: &App) -> String {
         "Key-value writes refused by a plugin's quotas.",
         "counter",
     );
+    render_durations(&mut out, &plugins);
     render_reply_skips(&mut out, &app.conversations.reply_skips().snapshot());
     out
+}
+
+/// Plugin call durations as a Prometheus histogram (cumulative buckets).
+fn render_durations(
+    out: &mut String,
+    plugins: &std::collections::BTreeMap<String, crate::runtime::Snapshot>,
+) {
+    let name = "hub_plugin_call_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Plugin calls by duration, waiting for a turn included.\n# TYPE {name} histogram"
+    );
+    for (plugin, s) in plugins {
+        let label = escape(plugin);
+        let mut cumulative = 0;
+        for (i, count) in s.durations.iter().enumerate() {
+            cumulative += count;
+            let le = DURATION_BUCKETS_MICROS
+                .get(i)
+                .map_or("+Inf".to_owned(), |micros| {
+                    (*micros as f64 / 1e6).to_string()
+                });
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{plugin=\"{label}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_sum{{plugin=\"{label}\"}} {}",
+            s.micros as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count{{plugin=\"{label}\"}} {}", s.calls);
+    }
 }
 
 fn render_reply_skips(out: &mut String, counts: &[((String, &'static str), u64)]) {

@@ -26,7 +26,15 @@ pub struct PluginCounters {
     log_bytes: AtomicU64,
     logs_dropped: AtomicU64,
     quota_refusals: AtomicU64,
+    /// Calls by duration, one count per bucket of [`DURATION_BUCKETS_MICROS`]
+    /// (and one past the last).
+    durations: [AtomicU64; DURATION_BUCKETS_MICROS.len() + 1],
 }
+
+/// Upper bounds of the call-duration histogram's buckets, in µs.
+pub const DURATION_BUCKETS_MICROS: [u64; 12] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 10_000, 50_000, 250_000, 1_000_000,
+];
 
 /// A copy of one plugin's counters at one moment.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -49,6 +57,8 @@ pub struct Snapshot {
     pub logs_dropped: u64,
     /// Key-value writes refused by a quota (the guest got an error back).
     pub quota_refusals: u64,
+    /// Calls per duration bucket (not cumulative), the last past every bound.
+    pub durations: Vec<u64>,
 }
 
 impl PluginCounters {
@@ -56,6 +66,11 @@ impl PluginCounters {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.micros.fetch_add(micros, Ordering::Relaxed);
+        let bucket = DURATION_BUCKETS_MICROS
+            .iter()
+            .position(|bound| micros <= *bound)
+            .unwrap_or(DURATION_BUCKETS_MICROS.len());
+        self.durations[bucket].fetch_add(1, Ordering::Relaxed);
     }
     /// The phases of one successful call.
     pub fn phases(&self, instantiate: Duration, guest: Duration, teardown: Duration) {
@@ -104,6 +119,11 @@ impl PluginCounters {
             log_bytes: self.log_bytes.load(Ordering::Relaxed),
             logs_dropped: self.logs_dropped.load(Ordering::Relaxed),
             quota_refusals: self.quota_refusals.load(Ordering::Relaxed),
+            durations: self
+                .durations
+                .iter()
+                .map(|d| d.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 }

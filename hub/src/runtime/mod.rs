@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 pub use cache::Origin;
-pub use counters::{Counters, PluginCounters, Snapshot};
+pub use counters::{Counters, DURATION_BUCKETS_MICROS, PluginCounters, Snapshot};
 pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};
 
 /// Why a plugin call failed; each kind is counted per plugin.

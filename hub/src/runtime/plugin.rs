@@ -678,6 +678,13 @@ fn not_a_component(wasm: &[u8]) -> Option<String> {
 /// A trap as one line: its message and the innermost named frame.
 fn trap_summary(e: &wasmtime::Error) -> String {
     let what = match e.downcast_ref::<wasmtime::Trap>() {
+        // A Rust guest's stack lives in its linear memory: running out of it
+        // shows as an access below address 0.
+        Some(wasmtime::Trap::MemoryOutOfBounds) => {
+            "wasm trap: out of bounds memory access (a stack overflow, if the plugin recursed deeply)"
+                .to_owned()
+        }
+        Some(wasmtime::Trap::StackOverflow) => "wasm trap: stack overflow".to_owned(),
         Some(trap) => trap.to_string(),
         None => e.root_cause().to_string(),
     };
