@@ -646,3 +646,149 @@ async fn after_kill_9_mid_attempt_the_restarted_hub_retries_at_once_with_the_nex
     })
     .await;
 }
+
+/// The short mode of `cargo bench -p hub --bench containment`: each hostile
+/// plugin on one channel of a real `hub serve` beside ordinary traffic on
+/// another. Asserted here is what cannot flake (every ordinary message
+/// stored, `/healthz` answering, the failure counted by kind, the log
+/// bounded and unforgeable); the latency ratios are the benchmark's figures.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_plugins_on_a_served_hub_leave_the_other_channel_whole() {
+    let scenarios = [
+        ("fault = \"loop\"", "", "timeout"),
+        (
+            "fault = \"log_flood\"\ncount = 400",
+            "max_host_calls = 1000",
+            "",
+        ),
+        (
+            "fault = \"error\"\nmessage = \"secret=hunter2\\nFAKE hub line\"",
+            "",
+            "failed",
+        ),
+        (
+            "fault = \"kv_flood\"\ncount = 200\nsize_bytes = 1024",
+            "kv = true\nkv_max_bytes = 65536",
+            "",
+        ),
+    ];
+    for (config_table, limits, kind) in scenarios {
+        let wiring = format!(
+            "[[plugins]]\nname = \"hostile\"\npath = \"{}\"\n{limits}\n[plugins.config]\n{config_table}\n\n\
+             [[routes]]\nevents = [\"channel.customer_message\"]\nchannels = [\"hostile\"]\n\
+             plugins = [\"hostile\"]\non_error = \"skip\"\n",
+            crate::support::plugin_wasm("fault").display()
+        );
+        let (_dir, config) = setup(&HubOptions {
+            extra_toml: wiring,
+            ..HubOptions::default()
+        });
+        let hub = serve(&config).await;
+        let base = hub.base.clone();
+        let ann = admin_create(
+            &base,
+            "agents",
+            json!({ "name": "Ann", "email": AGENT_EMAIL }),
+        )
+        .await;
+        let mut endpoints = Vec::new();
+        for name in ["hostile", "ordinary"] {
+            let ch = admin_create(
+                &base,
+                "channels",
+                json!({ "name": name, "customer_endpoint": "http://127.0.0.1:9/hook", "agents": [AGENT_EMAIL] }),
+            )
+            .await;
+            endpoints.push(ch["endpoint_url"].as_str().expect("endpoint").to_owned());
+        }
+        let http = reqwest::Client::new();
+        let post = |url: String, sender: u64, text: String| {
+            let http = http.clone();
+            async move {
+                http.post(url)
+                    .json(&json!({ "sender": { "id": sender }, "message": { "type": "text", "text": text } }))
+                    .send()
+                    .await
+                    .map_or(0, |r| r.status().as_u16())
+            }
+        };
+        let hostile = futures_util::future::join_all(
+            (0..4).map(|i| post(endpoints[0].clone(), 100 + i, format!("h{i}"))),
+        );
+        let ordinary = async {
+            let mut codes = Vec::new();
+            for i in 0..20 {
+                codes.push(post(endpoints[1].clone(), 7, format!("m{i}")).await);
+                let health = http.get(format!("{base}/healthz")).send().await;
+                assert!(
+                    health.is_ok_and(|r| r.status() == 200),
+                    "{config_table}: /healthz"
+                );
+            }
+            codes
+        };
+        let (hostile, ordinary) = tokio::join!(hostile, ordinary);
+        assert!(
+            hostile.iter().all(|c| *c == 200),
+            "{config_table}: {hostile:?}"
+        );
+        assert!(
+            ordinary.iter().all(|c| *c == 200),
+            "{config_table}: {ordinary:?}"
+        );
+        let agent = agent_at(&base, ann["token"].as_str().expect("token"));
+        let mut ordinary_texts = 0;
+        for chat in agent.chats().await {
+            let id = chat["id"].as_i64().expect("chat id");
+            ordinary_texts += agent.chat(id).await["messages"].as_array().map_or(0, |m| {
+                m.iter()
+                    .filter(|m| {
+                        m["body"]["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with('m'))
+                    })
+                    .count()
+            });
+        }
+        assert_eq!(
+            ordinary_texts, 20,
+            "{config_table}: every ordinary message is stored"
+        );
+        let metrics = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        if !kind.is_empty() {
+            let counted = format!("hub_plugin_errors_total{{plugin=\"hostile\",kind=\"{kind}\"}} ");
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l.starts_with(&counted) && !l.ends_with(" 0")),
+                "{config_table}: counted as {kind}"
+            );
+        }
+        if config_table.contains("kv_flood") {
+            assert!(
+                metrics.lines().any(|l| l
+                    .starts_with("hub_plugin_quota_refusals_total{plugin=\"hostile\"}")
+                    && !l.ends_with(" 0")),
+                "{config_table}: writes past kv_max_bytes refused"
+            );
+        }
+        let log = hub.log();
+        assert!(
+            !log.lines().any(|l| l.starts_with("FAKE")),
+            "{config_table}: a plugin forged a log line"
+        );
+        assert!(!log.contains("hunter2\n"), "{config_table}");
+        assert!(
+            log.len() < 512 * 1024,
+            "{config_table}: {} bytes of log",
+            log.len()
+        );
+    }
+}
