@@ -12,8 +12,47 @@ use crate::runtime::DURATION_BUCKETS_MICROS;
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-pub fn handle(app: &App) -> Resp {
-    with_type(StatusCode::OK, CONTENT_TYPE, full(render(app)))
+pub async fn handle(app: &App) -> Resp {
+    let mut text = render(app);
+    render_kv(&mut text, app).await;
+    with_type(StatusCode::OK, CONTENT_TYPE, full(text))
+}
+
+/// What each plugin with a key-value namespace keeps, read at scrape time.
+async fn render_kv(out: &mut String, app: &App) {
+    let wiring = app.wiring.current();
+    let mut names: Vec<&str> = wiring
+        .plugins
+        .values()
+        .filter(|p| p.kv_enabled())
+        .map(|p| p.name())
+        .collect();
+    names.sort_unstable();
+    let mut keys = String::new();
+    let mut bytes = String::new();
+    for name in names {
+        match app.store.kv_usage(name).await {
+            Ok(usage) => {
+                let label = escape(name);
+                let _ = writeln!(
+                    keys,
+                    "hub_plugin_kv_keys{{plugin=\"{label}\"}} {}",
+                    usage.keys
+                );
+                let _ = writeln!(
+                    bytes,
+                    "hub_plugin_kv_bytes{{plugin=\"{label}\"}} {}",
+                    usage.bytes
+                );
+            }
+            Err(e) => tracing::warn!(plugin = name, error = %e, "cannot measure a plugin's keys"),
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP hub_plugin_kv_keys Keys a plugin keeps.\n# TYPE hub_plugin_kv_keys gauge\n{keys}\
+         # HELP hub_plugin_kv_bytes Bytes of keys and values a plugin keeps.\n# TYPE hub_plugin_kv_bytes gauge\n{bytes}"
+    );
 }
 
 fn render(app: &App) -> String {

@@ -264,7 +264,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             _ => method_not_allowed(),
         },
         ["metrics"] => match *req.method() {
-            Method::GET => crate::http::metrics::handle(app),
+            Method::GET => crate::http::metrics::handle(app).await,
             _ => method_not_allowed(),
         },
         ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
