@@ -30,7 +30,13 @@ struct Scenario {
     limits: &'static str,
 }
 
-const SCENARIOS: [Scenario; 11] = [
+const SCENARIOS: [Scenario; 12] = [
+    // The control: the same flood of requests through a plugin that does nothing.
+    Scenario {
+        name: "no-op (control)",
+        config: "fault = \"none\"",
+        limits: "",
+    },
     Scenario {
         name: "busy loop",
         config: "fault = \"loop\"",

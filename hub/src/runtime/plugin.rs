@@ -14,7 +14,7 @@ use wasmtime::UpdateDeadline;
 use super::bindings::{self, HandlerPre};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
-use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime};
+use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
 use crate::outbound::HttpSender;
@@ -447,17 +447,23 @@ impl Plugin {
         store.limiter(|s| &mut s.limiter);
         // Guest code gives the thread back at every epoch tick, so a busy
         // loop shares the request threads instead of holding one until its
-        // deadline; past the deadline the next tick stops it.
+        // deadline; past the deadline the next tick stops it. A call still
+        // running after its first tick (ordinary calls take microseconds)
+        // also pauses a tick between slices: at most half a core per call,
+        // so a plugin that burns CPU leaves the machine to everyone else.
         store.set_epoch_deadline(1);
+        let mut ticks = 0u32;
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::YieldCustom(
-                    1,
-                    Box::pin(tokio::task::yield_now()),
-                ))
+                return Ok(UpdateDeadline::Interrupt);
             }
+            ticks = ticks.saturating_add(1);
+            let pause: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = if ticks == 1 {
+                Box::pin(tokio::task::yield_now())
+            } else {
+                Box::pin(tokio::time::sleep(engine::EPOCH_TICK))
+            };
+            Ok(UpdateDeadline::YieldCustom(1, pause))
         });
         store
     }
