@@ -6,7 +6,8 @@
 //! agent-message deliveries/s end to end, and the served hub's RSS.
 //! Run: `cargo bench -p hub --bench channel`.
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
-//! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only).
+//! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
+//! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s).
 //!
 //! Operators' mode: `BENCH_ENDPOINT=http://host:port/<secret>/<public_id>`
 //! drives a hub already running (a channel's customer-message endpoint, as
@@ -160,8 +161,50 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
                 size("bench.db"),
                 size("bench.db-wal")
             );
+            soak(&hub, &run).await;
         }
         hub.stop();
+    }
+}
+
+/// With `BENCH_SOAK_SECS`, keeps the served hub at half the measured rate
+/// for that long and prints its RSS every 30 s: memory must stay flat.
+async fn soak(hub: &ServedHub, closed: &Run) {
+    let secs = env_or("BENCH_SOAK_SECS", 0);
+    if secs == 0 {
+        return;
+    }
+    let rate = closed.rps() / 2.0;
+    println!("  soak: {rate:.0} msg/s for {secs} s, RSS every 30 s:");
+    let chunk = Duration::from_secs(30);
+    let mut done = Duration::ZERO;
+    let mut samples = Vec::new();
+    while done.as_secs() < secs {
+        let run = load(
+            hub.addr,
+            &hub.path,
+            32,
+            chunk,
+            &customer_message,
+            Some(rate),
+        )
+        .await;
+        done += chunk;
+        let rss = memory_kib(hub.child.id(), "VmRSS") as f64 / 1024.0;
+        samples.push(rss);
+        println!(
+            "    {:4} s  {:6.1} MB  ({:.0} msg/s, {} errors)",
+            done.as_secs(),
+            rss,
+            run.rps(),
+            run.errors
+        );
+    }
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        println!(
+            "  soak RSS: first {first:.1} MB, last {last:.1} MB, max {:.1} MB",
+            samples.iter().cloned().fold(0.0, f64::max)
+        );
     }
 }
 
