@@ -350,6 +350,13 @@ impl MemoryCap {
     }
 }
 
+impl MemoryCap {
+    /// Linear memory this call holds.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
 impl Drop for MemoryCap {
     fn drop(&mut self) {
         self.budget.give_back(self.held);

@@ -368,16 +368,20 @@ impl Plugin {
                 ));
             }
         };
-        let _slot = self
+        let slot = self
             .runtime
             .inner
             .slots
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         // The deadline starts once the call has a slot: waiting is not running.
         let deadline = Instant::now() + self.limits.timeout;
-        let mut store = self.sandbox(input.event.id.to_string(), deadline);
+        let mut store = Sandbox {
+            store: Some(self.sandbox(input.event.id.to_string(), deadline)),
+            slot: Some(slot),
+        };
 
         let event = wit_event(input);
         let left = deadline.saturating_duration_since(Instant::now());
@@ -386,12 +390,12 @@ impl Plugin {
         let run = async {
             let instance = self
                 .pre
-                .instantiate_async(&mut store)
+                .instantiate_async(&mut *store)
                 .await
                 .map_err(Failure::Instantiate)?;
             instantiated = started.elapsed();
             instance
-                .call_handle(&mut store, &event)
+                .call_handle(&mut *store, &event)
                 .await
                 .map_err(Failure::Call)
         };
@@ -652,6 +656,49 @@ fn wit_event(input: &PluginEvent<'_>) -> bindings::Event {
         payload: e.payload.to_string(),
         at: e.at,
         context: input.context.to_string(),
+    }
+}
+
+/// A store that grew past this is dropped on a blocking thread: giving a
+/// large linear memory back to the kernel takes milliseconds.
+const OFFLOAD_DROP_BYTES: usize = 16 << 20;
+
+/// One call's store and its slot in the instance pool, released together.
+struct Sandbox {
+    store: Option<wasmtime::Store<HostState>>,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl std::ops::Deref for Sandbox {
+    type Target = wasmtime::Store<HostState>;
+    fn deref(&self) -> &Self::Target {
+        // Present from construction until `drop`.
+        self.store.as_ref().expect("the store lives until the sandbox is dropped")
+    }
+}
+
+impl std::ops::DerefMut for Sandbox {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.store.as_mut().expect("the store lives until the sandbox is dropped")
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let (Some(store), slot) = (self.store.take(), self.slot.take()) else {
+            return;
+        };
+        // A memory-hungry call (a memory bomb) must not cost the request
+        // thread the time to unmap what it grew; the slot stays taken until
+        // the store is really gone, so the pool is never over-committed.
+        if store.data().limiter.held() > OFFLOAD_DROP_BYTES
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn_blocking(move || {
+                drop(store);
+                drop(slot);
+            });
+        }
     }
 }
 
