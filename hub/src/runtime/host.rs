@@ -53,6 +53,33 @@ pub struct HostState {
     pub logs_dropped: usize,
     /// Key-value writes refused by a quota in this call.
     pub quota_refusals: usize,
+    /// The plugin's long-call turn this call holds or waits for.
+    pub turn: Arc<Turn>,
+}
+
+/// A long call's turn among the plugin's `max_concurrency`: taken at the
+/// call's second epoch tick and held until the call's store is dropped.
+#[derive(Default)]
+pub struct Turn {
+    permit: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    waiting: std::sync::atomic::AtomicBool,
+}
+
+impl Turn {
+    /// Waits for a permit of `turns` and keeps it.
+    pub async fn take(self: Arc<Self>, turns: Arc<tokio::sync::Semaphore>) {
+        use std::sync::atomic::Ordering;
+        self.waiting.store(true, Ordering::Release);
+        if let Ok(permit) = turns.acquire_owned().await {
+            *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
+        }
+        self.waiting.store(false, Ordering::Release);
+    }
+
+    /// Whether the call was stopped while it waited for a turn.
+    pub fn waiting(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl HostState {
@@ -81,6 +108,7 @@ impl HostState {
             log_bytes: 0,
             logs_dropped: 0,
             quota_refusals: 0,
+            turn: Arc::new(Turn::default()),
         }
     }
 

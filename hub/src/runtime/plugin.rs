@@ -77,8 +77,10 @@ pub struct Plugin {
     kv: bool,
     kv_quota: KvQuota,
     kv_usage: tokio::sync::Mutex<Option<(Instant, KvUsage)>>,
-    /// Calls of this plugin running at once (`max_concurrency`).
-    running: Semaphore,
+    /// Calls of this plugin that may run past their first epoch tick at
+    /// once (`max_concurrency`); ordinary calls, done within a tick, never
+    /// wait for one.
+    running: Arc<Semaphore>,
     log_window: std::sync::Mutex<LogWindow>,
     grants: HashMap<String, Arc<Destination>>,
     services: Services,
@@ -189,7 +191,7 @@ impl Plugin {
                 bytes_per_call: config.kv_max_bytes_per_call,
             },
             kv_usage: tokio::sync::Mutex::new(None),
-            running: Semaphore::new(config.max_concurrency.max(1) as usize),
+            running: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
             log_window: std::sync::Mutex::new(LogWindow::default()),
             grants,
             services,
@@ -350,24 +352,6 @@ impl Plugin {
         input: &PluginEvent<'_>,
         check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
     ) -> Result<Outcome, PluginError> {
-        // A plugin waits for its own turn first (up to its timeout), so a
-        // plugin whose calls pile up holds none of the runtime's slots.
-        let _turn = match tokio::time::timeout(self.limits.timeout, self.running.acquire()).await {
-            Ok(Ok(turn)) => turn,
-            Ok(Err(_)) => {
-                return Err(self.error(ErrorKind::Instantiate, "the plugin runtime is closed"));
-            }
-            Err(_) => {
-                return Err(self.error(
-                    ErrorKind::Busy,
-                    format!(
-                        "{} calls of this plugin still running after {} ms (max_concurrency)",
-                        self.running_limit(),
-                        self.limits.timeout.as_millis()
-                    ),
-                ));
-            }
-        };
         let slot = self
             .runtime
             .inner
@@ -417,6 +401,17 @@ impl Plugin {
             .log_bytes(state.log_bytes + out_bytes + err_bytes, dropped);
         self.counters.quota_refusals(state.quota_refusals);
         let answer = match result {
+            Err(_) if state.turn.waiting() => {
+                return Err(self.error(
+                    ErrorKind::Busy,
+                    format!(
+                        "ran past a tick and waited for a turn: {} long calls of this plugin \
+                         were running for all of its {} ms (max_concurrency)",
+                        self.running_limit(),
+                        self.limits.timeout.as_millis()
+                    ),
+                ));
+            }
             Err(_) => {
                 return Err(self.error(
                     ErrorKind::Timeout,
@@ -451,21 +446,24 @@ impl Plugin {
         store.limiter(|s| &mut s.limiter);
         // Guest code gives the thread back at every epoch tick, so a busy
         // loop shares the request threads instead of holding one until its
-        // deadline; past the deadline the next tick stops it. A call still
-        // running after its first tick (ordinary calls take microseconds)
-        // also pauses a tick between slices: at most half a core per call,
-        // so a plugin that burns CPU leaves the machine to everyone else.
+        // deadline; past the deadline the next tick stops it. Ordinary calls
+        // take microseconds; one still running at its second tick is a long
+        // call: it first waits for one of the plugin's `max_concurrency`
+        // turns (held to its end), then pauses a tick between slices, so
+        // long calls of a plugin get at most half a core each and a few of
+        // them at once, and leave the machine to everyone else.
         store.set_epoch_deadline(1);
+        let turns = self.running.clone();
         let mut ticks = 0u32;
-        store.epoch_deadline_callback(move |_| {
+        store.epoch_deadline_callback(move |ctx| {
             if Instant::now() >= deadline {
                 return Ok(UpdateDeadline::Interrupt);
             }
             ticks = ticks.saturating_add(1);
-            let pause: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = if ticks == 1 {
-                Box::pin(tokio::task::yield_now())
-            } else {
-                Box::pin(tokio::time::sleep(engine::EPOCH_TICK))
+            let pause: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match ticks {
+                1 => Box::pin(tokio::task::yield_now()),
+                2 => Box::pin(ctx.data().turn.clone().take(turns.clone())),
+                _ => Box::pin(tokio::time::sleep(engine::EPOCH_TICK)),
             };
             Ok(UpdateDeadline::YieldCustom(1, pause))
         });
