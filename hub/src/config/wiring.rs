@@ -53,9 +53,10 @@ pub struct PluginConfig {
     /// Whether the plugin gets a key-value namespace of its own.
     #[serde(default)]
     pub kv: bool,
-    /// Calls of this plugin that may run at once; later events wait (up to
-    /// `timeout_ms`). Fewer than the machine's cores, so that a plugin that
-    /// burns CPU leaves the rest of the hub a core.
+    /// Long calls (still running after one epoch tick) of this plugin that
+    /// may run at once; another long call waits (within its `timeout_ms`).
+    /// Fewer than the machine's cores, so that a plugin that burns CPU leaves
+    /// the rest of the hub a core; short calls never wait.
     #[serde(default = "default_plugin_max_concurrency")]
     pub max_concurrency: u32,
     /// Forwards one call may make.

@@ -671,13 +671,17 @@ impl std::ops::Deref for Sandbox {
     type Target = wasmtime::Store<HostState>;
     fn deref(&self) -> &Self::Target {
         // Present from construction until `drop`.
-        self.store.as_ref().expect("the store lives until the sandbox is dropped")
+        self.store
+            .as_ref()
+            .expect("the store lives until the sandbox is dropped")
     }
 }
 
 impl std::ops::DerefMut for Sandbox {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        self.store.as_mut().expect("the store lives until the sandbox is dropped")
+        self.store
+            .as_mut()
+            .expect("the store lives until the sandbox is dropped")
     }
 }
 
