@@ -25,6 +25,13 @@ const TEMPLATES: &[Template] = &[
         text: include_str!("../../plugins/.cargo/config.toml"),
     },
     Template {
+        // The versions the example plugins build with: a new crate resolves
+        // to them (cargo drops what it does not use), not to whatever the
+        // registry holds that day.
+        path: "Cargo.lock",
+        text: include_str!("../../plugins/Cargo.lock"),
+    },
+    Template {
         path: ".gitignore",
         text: include_str!("../templates/plugin/gitignore.tmpl"),
     },
