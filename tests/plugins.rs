@@ -491,7 +491,8 @@ async fn key_value_quotas_bound_what_a_plugin_keeps() {
         plugin_toml(
             "fault",
             "fault",
-            "kv = true\nkv_max_writes_per_call = 50\nkv_max_keys = 80",
+            // A generous deadline: this test is about quotas, not time.
+            "kv = true\nkv_max_writes_per_call = 50\nkv_max_keys = 80\ntimeout_ms = 5000",
             "fault = \"kv_flood\"\ncount = 200\nsize_bytes = 1024",
         ) + &route_toml(customer_route(), "\"fault\"", "reject"),
     )
@@ -524,7 +525,7 @@ async fn one_event_cannot_queue_more_forwards_than_max_forwards() {
     ) + &plugin_toml(
         "fault",
         "fault",
-        "destinations = [\"sink\"]\nmax_forwards = 10",
+        "destinations = [\"sink\"]\nmax_forwards = 10\ntimeout_ms = 5000",
         "fault = \"forward_flood\"\ndestination = \"sink\"\ncount = 1000",
     ) + &route_toml(customer_route(), "\"fault\"", "skip");
     let s = Setup::start(wiring).await;
@@ -553,7 +554,7 @@ async fn plugin_logs_and_stdout_are_capped_without_failing_the_call() {
             plugin_toml(
                 "fault",
                 "fault",
-                "max_host_calls = 2000",
+                "max_host_calls = 2000\ntimeout_ms = 5000",
                 &format!("fault = \"{fault}\"\ncount = 1000"),
             ) + &route_toml(customer_route(), "\"fault\"", "reject"),
         )
