@@ -478,10 +478,8 @@ async fn a_busy_plugin_on_one_channel_leaves_the_others_served() {
         6.0,
         "each busy call is stopped and counted ({timeouts} timeouts, {busy} busy)"
     );
-    assert!(
-        busy >= 1.0,
-        "one call at a time: the others waited their turn and gave up"
-    );
+    // Whether a waiting call ends as `busy` or `timeout` is a race between its
+    // deadline and the turn coming free at about the same time: not asserted.
     s.hub.shutdown().await;
 }
 
