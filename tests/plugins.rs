@@ -659,26 +659,28 @@ async fn a_required_plugin_that_fails_to_load_stops_the_start_with_the_reason() 
         "[[plugins]]\nname = \"broken\"\npath = \"{}\"\n\n",
         not_wasm.display()
     ) + &route_toml(customer_route(), "\"broken\"", "reject");
-    let path = crate::support::write_config(
-        dir.path(),
-        &HubOptions {
-            extra_toml: wiring,
-            ..HubOptions::default()
-        },
-        "127.0.0.1:0",
-    );
-    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let error = match hub::app::start_on(listener, config).await {
-        Ok(_) => panic!("the hub started without a required plugin"),
-        Err(e) => format!("{e:#}"),
-    };
+    let error = start_error(dir.path(), wiring).await;
     assert!(
         error.contains("broken") && error.contains("not a WebAssembly component"),
         "{error}"
     );
+}
+
+/// Starts a hub with `wiring` in `dir`, which must refuse to start; its error.
+async fn start_error(dir: &std::path::Path, wiring: String) -> String {
+    let opts = HubOptions {
+        extra_toml: wiring,
+        ..HubOptions::default()
+    };
+    let path = crate::support::write_config(dir, &opts, "127.0.0.1:0");
+    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    match hub::app::start_on(listener, config).await {
+        Ok(_) => panic!("the hub started with a plugin it must refuse"),
+        Err(e) => format!("{e:#}"),
+    }
 }
 
 #[tokio::test]
@@ -687,22 +689,7 @@ async fn a_plugin_config_is_checked_when_the_plugin_loads() {
     let dir = tempfile::tempdir().expect("temp dir");
     let wiring = plugin_toml("redact", "redact", "", "cards = \"yes\"")
         + &route_toml(customer_route(), "\"redact\"", "reject");
-    let path = crate::support::write_config(
-        dir.path(),
-        &HubOptions {
-            extra_toml: wiring,
-            ..HubOptions::default()
-        },
-        "127.0.0.1:0",
-    );
-    let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let error = match hub::app::start_on(listener, config).await {
-        Ok(_) => panic!("the hub started with a refused plugin config"),
-        Err(e) => format!("{e:#}"),
-    };
+    let error = start_error(dir.path(), wiring).await;
     assert!(
         error.contains("redact") && error.contains("cards"),
         "{error}"
