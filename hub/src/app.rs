@@ -15,6 +15,7 @@ use crate::core::live::Live;
 use crate::core::provisioning::{self, ProvisionError};
 use crate::delivery::{Deliverer, Kick, Policies};
 use crate::http::App;
+use crate::outbound::oauth::TokenCache;
 use crate::outbound::{HttpSender, TlsSetupError};
 use crate::pipeline::Pipeline;
 use crate::pipeline::wiring::{Wiring, WiringHandle};
@@ -50,6 +51,8 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("plugins:\n  {}", .0.join("\n  "))]
     Plugins(Vec<String>),
+    #[error("bots: {0}")]
+    Bots(#[from] ProvisionError),
 }
 
 /// What loading plugins needs, kept for reloads.
@@ -92,6 +95,7 @@ pub struct Running {
     env: crate::config::Env,
     loader: Loader,
     wiring: WiringHandle,
+    conversations: Arc<Conversations>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     deliverer: JoinHandle<()>,
@@ -118,13 +122,20 @@ impl Running {
     pub async fn reload(&self) -> Result<(), ReloadError> {
         let file = self.source.as_deref().ok_or(ReloadError::NoFile)?;
         let config = Config::load_with(file, &self.env)?;
+        let bots = config.bots.clone();
         let wiring = self
             .loader
             .load(config)
             .await
             .map_err(ReloadError::Plugins)?;
         self.wiring.replace(wiring);
-        tracing::info!(file = %file.display(), "plugins, routes and destinations reloaded");
+        // After the plugins, so a plugin bot's plugin is there when it is needed.
+        provisioning::sync_declared_bots(&self.store, &bots).await?;
+        self.conversations
+            .reload_bots()
+            .await
+            .map_err(|e| ReloadError::Bots(e.into()))?;
+        tracing::info!(file = %file.display(), "plugins, routes, destinations and bots reloaded");
         Ok(())
     }
 
@@ -217,7 +228,11 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         pipeline,
         kick.clone(),
         config.webhooks.safe_url,
+        Arc::new(TokenCache::new(sender.clone())),
+        config.crm.site_id,
     );
+    provisioning::sync_declared_bots(&store, &config.bots).await?;
+    conversations.reload_bots().await?;
     let deliverer = Deliverer::new(
         store.clone(),
         sender,
@@ -248,6 +263,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         app.kick.clone(),
         shutdown.clone(),
     ));
+    let conversations = app.conversations.clone();
     let server = tokio::spawn(crate::http::serve(listener, app, shutdown, grace));
     tracing::info!(%addr, base = %base, "listening");
     Ok(Running {
@@ -258,6 +274,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         env,
         loader,
         wiring,
+        conversations,
         stop,
         server,
         deliverer,

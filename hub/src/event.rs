@@ -24,6 +24,17 @@ impl EventKind {
     pub const AGENT_CALL: EventKind = EventKind::fixed("agent.call");
     /// A visitor's message through the widget's offline form.
     pub const OFFLINE_MESSAGE: EventKind = EventKind::fixed("widget.offline_message");
+    /// The bot exchange: what the hub sends a bot (out) and what a bot
+    /// sends the hub (in); a plugin bot's answers are `bot.*` events too.
+    pub const BOT_CLIENT_MESSAGE: EventKind = EventKind::fixed("bot.client_message");
+    pub const BOT_AGENT_JOINED: EventKind = EventKind::fixed("bot.agent_joined");
+    pub const BOT_AGENT_UNAVAILABLE: EventKind = EventKind::fixed("bot.agent_unavailable");
+    pub const BOT_CHAT_CLOSED: EventKind = EventKind::fixed("bot.chat_closed");
+    pub const BOT_MESSAGE: EventKind = EventKind::fixed("bot.bot_message");
+    pub const BOT_INVITE_AGENT: EventKind = EventKind::fixed("bot.invite_agent");
+    pub const BOT_CLIENT_INFO: EventKind = EventKind::fixed("bot.client_info");
+    /// How a request to a bot provider (or a plugin bot's call) ended.
+    pub const BOT_DELIVERY_RESULT: EventKind = EventKind::fixed("bot.delivery_result");
     pub const DELIVERY_RESULT: EventKind = EventKind::fixed("channel.delivery_result");
     /// How a plugin's forward to a destination ended.
     pub const FORWARD_RESULT: EventKind = EventKind::fixed("forward.delivery_result");

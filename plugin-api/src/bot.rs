@@ -99,6 +99,12 @@ pub struct Sender {
     pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub has_contacts: Option<bool>,
+    /// Contact details the hub knows (from the customer or `CLIENT_INFO`);
+    /// not in the field notes' sample, sent so a bot need not ask twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phone: Option<String>,
 }
 
 /// The channel the client writes through (`widget`, a messenger, ...).
@@ -141,7 +147,8 @@ pub struct ChatNotice {
 }
 
 /// Contact details the bot collected, provider to hub. The spec shows no
-/// fields; the hub takes the contact fields the widget's contact info has.
+/// fields; providers send them in a `client_info` object (some say
+/// `contact_info`, some put them at the top level): all three are read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +157,33 @@ pub struct ClientInfo {
     pub client_id: Option<Label>,
     pub chat_id: Label,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_info: Option<Contacts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contact_info: Option<Contacts>,
+    #[serde(flatten)]
+    pub top_level: Contacts,
+}
+
+impl ClientInfo {
+    /// What the provider sent, wherever it put it: `client_info` first,
+    /// then `contact_info`, then the top level, field by field.
+    pub fn contacts(&self) -> Contacts {
+        let mut out = Contacts::default();
+        for c in [&self.client_info, &self.contact_info]
+            .into_iter()
+            .flatten()
+            .chain(std::iter::once(&self.top_level))
+        {
+            out.fill_from(c);
+        }
+        out
+    }
+}
+
+/// A client's contact details, as the widget's contact info has them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contacts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
@@ -157,6 +191,96 @@ pub struct ClientInfo {
     pub phone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+impl Contacts {
+    fn fill_from(&mut self, other: &Contacts) {
+        let pick = |mine: &mut Option<String>, theirs: &Option<String>| {
+            if mine.is_none() {
+                *mine = theirs.clone().filter(|v| !v.trim().is_empty());
+            }
+        };
+        pick(&mut self.name, &other.name);
+        pick(&mut self.email, &other.email);
+        pick(&mut self.phone, &other.phone);
+        pick(&mut self.description, &other.description);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none()
+            && self.email.is_none()
+            && self.phone.is_none()
+            && self.description.is_none()
+    }
+}
+
+/// One thing a plugin bot's reply asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BotAnswer {
+    /// A `BOT_MESSAGE`.
+    Message(Message),
+    /// `INVITE_AGENT`: hand the chat to agents.
+    InviteAgent,
+    /// `CLIENT_INFO`: contacts the bot collected.
+    ClientInfo(Contacts),
+}
+
+/// A plugin bot's reply holds at most this many answers.
+pub const MAX_ANSWERS: usize = 5;
+
+/// Reads a plugin bot's reply: a message object (`{"type":"TEXT",…}`), a
+/// provider event (`{"event":"BOT_MESSAGE","message":…}`, `INVITE_AGENT`,
+/// `CLIENT_INFO`), or an array of up to [`MAX_ANSWERS`] of those, applied in
+/// order. A message without `timestamp` gets `now` (Unix seconds).
+pub fn parse_answers(reply: &serde_json::Value, now: i64) -> Result<Vec<BotAnswer>, String> {
+    let items: Vec<&serde_json::Value> = match reply {
+        serde_json::Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    };
+    if items.is_empty() || items.len() > MAX_ANSWERS {
+        return Err(format!(
+            "a bot reply holds 1 to {MAX_ANSWERS} answers, got {}",
+            items.len()
+        ));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| parse_answer(item, now).map_err(|e| format!("answer {i}: {e}")))
+        .collect()
+}
+
+fn parse_answer(item: &serde_json::Value, now: i64) -> Result<BotAnswer, String> {
+    let message = |m: &serde_json::Value| -> Result<Message, String> {
+        let mut m = m.clone();
+        if let Some(fields) = m.as_object_mut() {
+            fields
+                .entry("timestamp")
+                .or_insert_with(|| serde_json::Value::from(now));
+        }
+        serde_json::from_value(m).map_err(|e| format!("not a bot message: {e}"))
+    };
+    match item.get("event").and_then(|e| e.as_str()) {
+        None if item.get("type").is_some() => message(item).map(BotAnswer::Message),
+        None => Err("neither a message (`type`) nor an event (`event`)".to_owned()),
+        Some("BOT_MESSAGE") => {
+            let m = item.get("message").ok_or("BOT_MESSAGE without `message`")?;
+            message(m).map(BotAnswer::Message)
+        }
+        Some("INVITE_AGENT") => Ok(BotAnswer::InviteAgent),
+        Some("CLIENT_INFO") => {
+            let mut info = item.clone();
+            if let Some(fields) = info.as_object_mut() {
+                fields
+                    .entry("chat_id")
+                    .or_insert_with(|| serde_json::Value::from(""));
+            }
+            let info: ClientInfo =
+                serde_json::from_value(info).map_err(|e| format!("CLIENT_INFO: {e}"))?;
+            Ok(BotAnswer::ClientInfo(info.contacts()))
+        }
+        Some(other) => Err(format!("`{other}` is not an event a bot sends")),
+    }
 }
 
 /// A bot exchange message, tagged by `type`.
@@ -175,6 +299,55 @@ impl Message {
             Message::Markdown(m) => &m.timestamp,
             Message::Buttons(m) => &m.timestamp,
         }
+    }
+
+    /// What a channel without rich messages sends the customer: the plain
+    /// `text`, for buttons followed by the button texts (so the customer can
+    /// answer with one); `None` when there is no plain text, and then the
+    /// message is for agents only.
+    pub fn customer_text(&self) -> Option<String> {
+        let text = self.plain_text().trim();
+        if text.is_empty() {
+            return None;
+        }
+        match self {
+            Message::Buttons(b) if !b.buttons.is_empty() => {
+                let mut out = text.to_owned();
+                for button in &b.buttons {
+                    out.push_str("\n- ");
+                    out.push_str(&button.text);
+                }
+                Some(out)
+            }
+            _ => Some(text.to_owned()),
+        }
+    }
+
+    /// What agents and transcripts show: the plain text, or the Markdown
+    /// source and the button texts when there is none.
+    pub fn display_text(&self) -> String {
+        if let Some(text) = self.customer_text() {
+            return text;
+        }
+        match self {
+            Message::Text(m) => m.text.clone(),
+            Message::Markdown(m) => m.content.clone(),
+            Message::Buttons(b) => {
+                let buttons: Vec<&str> = b.buttons.iter().map(|x| x.text.as_str()).collect();
+                format!("{} [{}]", b.title, buttons.join("] ["))
+            }
+        }
+    }
+
+    /// The id of the button whose text `answer` is, if this offers one.
+    pub fn button_for(&self, answer: &str) -> Option<&Button> {
+        let Message::Buttons(b) = self else {
+            return None;
+        };
+        let answer = answer.trim();
+        b.buttons
+            .iter()
+            .find(|button| button.text.trim().eq_ignore_ascii_case(answer))
     }
 
     /// What a channel without rich messages shows: every type carries a plain `text`.
@@ -200,6 +373,7 @@ pub struct TextMessage {
 pub struct MarkdownMessage {
     pub content: String,
     /// Fallback for channels without Markdown; without it the message is not sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub button_id: Option<Label>,
@@ -208,8 +382,10 @@ pub struct MarkdownMessage {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ButtonsMessage {
+    #[serde(default)]
     pub title: String,
-    /// Fallback for channels without buttons.
+    /// Fallback for channels without buttons; without it the message is not sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
     #[serde(deserialize_with = "at_most_max_buttons")]
     pub buttons: Vec<Button>,
@@ -420,6 +596,61 @@ mod tests {
     }
 
     #[test]
+    fn the_customer_gets_the_plain_text_and_the_button_texts() {
+        let buttons: Message = same(json!({"type":"BUTTONS","title":"Pick","text":"Choose one",
+            "timestamp":1,"buttons":[{"text":"Yes","id":"1"},{"text":"No","id":"2"}]}));
+        assert_eq!(
+            buttons.customer_text().as_deref(),
+            Some("Choose one\n- Yes\n- No")
+        );
+        assert_eq!(
+            buttons
+                .button_for(" yes ")
+                .and_then(|b| b.id.as_ref())
+                .map(|l| l.0.as_str()),
+            Some("1")
+        );
+        assert!(buttons.button_for("maybe").is_none());
+        let no_text: Message = same(json!({"type":"MARKDOWN","content":"**x**","timestamp":1}));
+        assert_eq!(no_text.customer_text(), None, "agents only");
+        assert_eq!(no_text.display_text(), "**x**");
+    }
+
+    #[test]
+    fn plugin_answers_are_one_or_several_messages_or_events() {
+        let one = parse_answers(&json!({"type":"TEXT","text":"hi"}), 77).unwrap();
+        assert_eq!(
+            one,
+            vec![BotAnswer::Message(Message::Text(TextMessage {
+                text: "hi".into(),
+                button_id: None,
+                timestamp: Timestamp::from_unix(77)
+            }))]
+        );
+        let several = parse_answers(
+            &json!([{"event":"BOT_MESSAGE","message":{"type":"TEXT","text":"a","timestamp":1}},
+                    {"event":"CLIENT_INFO","client_info":{"name":"Ann"}},
+                    {"event":"INVITE_AGENT"}]),
+            0,
+        )
+        .unwrap();
+        assert_eq!(several.len(), 3);
+        assert_eq!(several[2], BotAnswer::InviteAgent);
+        assert!(
+            matches!(&several[1], BotAnswer::ClientInfo(c) if c.name.as_deref() == Some("Ann"))
+        );
+        for bad in [
+            json!([]),
+            json!({"text":"no type"}),
+            json!({"event":"CHAT_CLOSED"}),
+            json!({"event":"BOT_MESSAGE"}),
+            json!([1, 2, 3, 4, 5, 6]),
+        ] {
+            assert!(parse_answers(&bad, 0).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn buttons_are_limited_to_three() {
         let four = json!({"type":"BUTTONS","title":"t","text":"f","timestamp":1,
             "buttons":[{"text":"1"},{"text":"2"},{"text":"3"},{"text":"4"}]});
@@ -482,6 +713,20 @@ mod tests {
             "description":"wants a callback"}));
         assert_eq!(e.event_name(), "CLIENT_INFO");
         same::<BotEvent>(json!({"event":"CLIENT_INFO","chat_id":"2037","phone":"+1555"}));
+        let nested: BotEvent = same(json!({"event":"CLIENT_INFO","chat_id":"1",
+            "client_info":{"name":"Ann","email":"ann@example.com"},
+            "contact_info":{"name":"Other","phone":"+1"}}));
+        let BotEvent::ClientInfo(info) = nested else {
+            panic!("wrong variant")
+        };
+        let c = info.contacts();
+        assert_eq!(c.name.as_deref(), Some("Ann"), "client_info comes first");
+        assert_eq!(c.email.as_deref(), Some("ann@example.com"));
+        assert_eq!(
+            c.phone.as_deref(),
+            Some("+1"),
+            "contact_info fills the gaps"
+        );
     }
 
     #[test]

@@ -159,6 +159,18 @@ impl Outcome {
         Self::with(Action::Reply(payload))
     }
 
+    /// A bot's answer to `bot.client_message`: the [`bot_text`],
+    /// [`bot_markdown`], [`bot_buttons`] and [`bot_invite_agent`] values, applied
+    /// by the hub in order. One value is replied as itself, several as an array
+    /// (the hub takes at most 5), none means the bot stays silent ([`Outcome::pass`]).
+    pub fn bot_answers(mut answers: Vec<Value>) -> Self {
+        match answers.len() {
+            0 => Self::pass(),
+            1 => Self::reply(answers.remove(0)),
+            _ => Self::reply(Value::Array(answers)),
+        }
+    }
+
     /// Also sends `payload` to `destination` through the hub's outbox.
     #[must_use]
     pub fn forward(mut self, destination: impl Into<String>, payload: Value) -> Self {
@@ -242,6 +254,61 @@ pub fn channel_reply_text(text: &str, sender_name: Option<&str>) -> Value {
         json!({ "type": "text", "text": text }),
     );
     Value::Object(reply)
+}
+
+// Bot answers. The guest has no clock worth trusting, so the timestamps come
+// from the event: pass `event.at` as `at_ms`.
+
+/// Unix seconds, as the bot exchange writes `timestamp`, of `at_ms` (Unix ms).
+fn bot_timestamp(at_ms: i64) -> i64 {
+    at_ms.div_euclid(1000)
+}
+
+fn bot_message(message: Value) -> Value {
+    json!({ "event": "BOT_MESSAGE", "message": message })
+}
+
+/// A plain text answer: `{"event":"BOT_MESSAGE","message":{"type":"TEXT","text","timestamp"}}`.
+pub fn bot_text(text: &str, at_ms: i64) -> Value {
+    bot_message(json!({ "type": "TEXT", "text": text, "timestamp": bot_timestamp(at_ms) }))
+}
+
+/// A Markdown answer; `text` is what channels without Markdown show instead.
+pub fn bot_markdown(content: &str, text: &str, at_ms: i64) -> Value {
+    bot_message(json!({
+        "type": "MARKDOWN",
+        "content": content,
+        "text": text,
+        "timestamp": bot_timestamp(at_ms),
+    }))
+}
+
+/// An answer offering prepared replies as buttons, with ids `"1"`, `"2"`, `"3"`
+/// in order; buttons past [`MAX_BUTTONS`](crate::bot::MAX_BUTTONS) are left out.
+///
+/// Channels without buttons get `text` instead, and the hub adds one
+/// `- <button>` line per button so the customer can type one (an empty
+/// `text` shows the message to agents only); a click arrives as a message
+/// whose text is the button's text.
+pub fn bot_buttons(title: &str, text: &str, buttons: &[&str], at_ms: i64) -> Value {
+    let buttons: Vec<Value> = buttons
+        .iter()
+        .take(crate::bot::MAX_BUTTONS)
+        .zip(1..)
+        .map(|(b, n)| json!({ "text": b, "id": n.to_string() }))
+        .collect();
+    bot_message(json!({
+        "type": "BUTTONS",
+        "title": title,
+        "text": text,
+        "buttons": buttons,
+        "timestamp": bot_timestamp(at_ms),
+    }))
+}
+
+/// Hands the chat to a human agent: `{"event":"INVITE_AGENT"}`.
+pub fn bot_invite_agent() -> Value {
+    json!({ "event": "INVITE_AGENT" })
 }
 
 #[cfg(test)]
@@ -334,6 +401,81 @@ mod tests {
         assert_eq!(
             channel_reply_text("hello", None),
             json!({"message":{"type":"text","text":"hello"}})
+        );
+    }
+
+    /// The `message` of a `BOT_MESSAGE` answer, as the hub parses it.
+    fn parsed_message(answer: &Value) -> crate::bot::Message {
+        assert_eq!(answer["event"], "BOT_MESSAGE", "{answer}");
+        serde_json::from_value(answer["message"].clone()).expect("the hub parses it")
+    }
+
+    #[test]
+    fn bot_messages_parse_as_the_hub_reads_them() {
+        use crate::bot::{Button, Message};
+        let at = 1_665_415_879_999;
+
+        let text = bot_text("Hi", at);
+        assert_eq!(
+            text,
+            json!({"event":"BOT_MESSAGE","message":{"type":"TEXT","text":"Hi","timestamp":1665415879}})
+        );
+        let Message::Text(m) = parsed_message(&text) else {
+            panic!("not TEXT: {text}")
+        };
+        assert_eq!((m.text.as_str(), m.button_id), ("Hi", None));
+        assert_eq!(m.timestamp.unix_seconds(), Some(1_665_415_879));
+
+        let md = bot_markdown("**Hi**", "Hi", at);
+        let Message::Markdown(m) = parsed_message(&md) else {
+            panic!("not MARKDOWN: {md}")
+        };
+        assert_eq!((m.content.as_str(), m.text.as_str()), ("**Hi**", "Hi"));
+
+        let buttons = bot_buttons("Pick one", "Pick one:", &["Prices", "Hours"], at);
+        let Message::Buttons(m) = parsed_message(&buttons) else {
+            panic!("not BUTTONS: {buttons}")
+        };
+        assert_eq!(m.title, "Pick one");
+        assert_eq!(m.text, "Pick one:");
+        assert_eq!(
+            Message::Buttons(m.clone()).customer_text().as_deref(),
+            Some("Pick one:\n- Prices\n- Hours"),
+            "the hub adds the button texts for plain channels"
+        );
+        let button = |text: &str, id: &str| Button {
+            text: text.to_owned(),
+            id: Some(crate::lenient::Label(id.to_owned())),
+        };
+        assert_eq!(m.buttons, vec![button("Prices", "1"), button("Hours", "2")]);
+        assert_eq!(m.timestamp.unix_seconds(), Some(1_665_415_879));
+    }
+
+    #[test]
+    fn bot_buttons_fallback_and_limit() {
+        let four = bot_buttons("t", "", &["a", "b", "c", "d"], 0);
+        let crate::bot::Message::Buttons(m) = parsed_message(&four) else {
+            panic!("not BUTTONS: {four}")
+        };
+        assert_eq!(m.buttons.len(), crate::bot::MAX_BUTTONS);
+        assert_eq!(m.text, "");
+        assert_eq!(bot_buttons("t", "only", &[], 0)["message"]["text"], "only");
+        // Times before 1970 round down, like every other Unix-seconds clock.
+        assert_eq!(bot_text("x", -1)["message"]["timestamp"], -1);
+    }
+
+    #[test]
+    fn bot_answers_one_several_or_none() {
+        assert_eq!(bot_invite_agent(), json!({"event":"INVITE_AGENT"}));
+        assert!(Outcome::bot_answers(Vec::new()).is_pass());
+        assert_eq!(
+            Outcome::bot_answers(vec![bot_invite_agent()]).action,
+            Action::Reply(bot_invite_agent())
+        );
+        let two = vec![bot_text("a", 0), bot_invite_agent()];
+        assert_eq!(
+            Outcome::bot_answers(two.clone()).action,
+            Action::Reply(Value::Array(two))
         );
     }
 

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod bots;
 mod env;
 #[cfg(test)]
 mod fixtures;
 mod webhooks;
 mod wiring;
 
+pub use bots::{BotAuthConfig, BotConfig, is_provider_id, is_token};
 pub use env::Env;
 
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
@@ -53,6 +55,8 @@ pub struct Config {
     pub destinations: Vec<DestinationConfig>,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    #[serde(default)]
+    pub bots: Vec<BotConfig>,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
     #[serde(skip)]
@@ -419,6 +423,9 @@ impl Config {
             }
         }
         wiring::check(self, env, problems);
+        let plugins: std::collections::HashSet<&str> =
+            self.plugins.iter().map(|p| p.name.as_str()).collect();
+        bots::check(&mut self.bots, &plugins, env, problems);
         webhooks::check(&self.webhooks, &self.crm, problems);
     }
 

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::clock::now_ms;
 use crate::core::batch::Batcher;
+use crate::core::bots::{self, BotDirectory, BotHook};
 use crate::core::door::Passage;
 use crate::core::ingress::{Ingress, Job, Written};
 use crate::core::live::{Live, LiveEvent};
@@ -22,6 +23,7 @@ use crate::core::outgoing::{Job as OutgoingJob, Outgoing, writable};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
+use crate::outbound::oauth::TokenCache;
 use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
 use crate::store::chats::{chat_in_tx, set_chat_state};
 use crate::store::events::insert_event;
@@ -70,6 +72,12 @@ pub struct Conversations {
     pub(super) results: Batcher<Results>,
     /// Where agent messages are stored, in batches.
     outgoing: Batcher<Outgoing>,
+    /// The bots, by channel, provider id and id.
+    pub(super) bots: BotDirectory,
+    /// Bot providers' access tokens (the optional authorization).
+    pub(super) tokens: Arc<TokenCache>,
+    /// `site_id` of bot events (the account id, as in CRM webhooks).
+    pub(super) site_id: i64,
 }
 
 impl Conversations {
@@ -79,8 +87,13 @@ impl Conversations {
         pipeline: Arc<Pipeline>,
         kick: Kick,
         safe_url: bool,
+        tokens: Arc<TokenCache>,
+        site_id: i64,
     ) -> Arc<Conversations> {
         Arc::new(Conversations {
+            bots: BotDirectory::default(),
+            tokens,
+            site_id,
             store,
             live,
             pipeline,
@@ -165,10 +178,18 @@ impl Conversations {
             event: routed.event,
             now: now_ms(),
         };
+        let directory = self.bots.current();
+        let bot = (!directory.is_empty()).then(|| BotHook {
+            directory,
+            channel_name: channel.name.clone(),
+            channel_public_id: channel.public_id.clone(),
+            site_id: self.site_id,
+        });
         let job = Job {
             write,
             forwards: routed.forwards,
             kv_writes: routed.kv_writes,
+            bot,
         };
         let Written { written, updated } = self.ingress.write(&self.store, job).await?;
         if has_forwards || updated {
@@ -324,6 +345,7 @@ impl Conversations {
         let now = now_ms();
         set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
         webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
+        bots::on_agent_joined(&mut w.tx, &self.bots.current(), &chat, now).await?;
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.announce(chat_id, "chat.accepted", agent).await
@@ -385,6 +407,7 @@ impl Conversations {
         }
         let now = now_ms();
         set_chat_state(&mut w.tx, chat.id, ChatState::Closed, Some(agent.id), now).await?;
+        bots::on_chat_closed(&mut w.tx, &self.bots.current(), &chat, now).await?;
         if let Some((channel_id, event)) =
             webhooks::payload::chat_finished(&mut w.tx, chat.id).await?
         {
@@ -532,6 +555,7 @@ impl Conversations {
         let stored = match (sent.message_id, stored_body) {
             (Some(id), Some(body)) => Some(MessageRow {
                 id,
+                author_name: None,
                 uid,
                 chat_id: chat.id,
                 author,

@@ -4,17 +4,21 @@
 //! reachable from an edge without crossing the pipeline: the actions are
 //! private to `core`, and [`Conversations::handle`] is their only caller.
 
+use std::sync::Arc;
+
+use plugin_api::bot::BotEvent;
 use plugin_api::channel::{CustomerMessage, Message};
 use plugin_api::widget::OfflineMessageInput;
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
+use crate::core::bots::BotOutcome;
 use crate::core::conversations::{Conversations, CoreError, Ingested};
 use crate::core::integration::CallReport;
 use crate::core::offline::OfflineOutcome;
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, Verdict};
-use crate::store::{Agent, Channel, Chat, MessageRow};
+use crate::store::{Agent, Bot, Channel, Chat, MessageRow};
 
 /// An inbound action, as an edge parsed it.
 #[derive(Debug)]
@@ -58,6 +62,13 @@ pub enum Inbound<'a> {
         agent: &'a Agent,
         report: CallReport,
     },
+    /// A bot provider's event (`BOT_MESSAGE`, `INVITE_AGENT`, `CLIENT_INFO`),
+    /// with its payload as posted.
+    Bot {
+        bot: &'a Arc<Bot>,
+        event: BotEvent,
+        payload: Value,
+    },
 }
 
 /// What an inbound action came to.
@@ -71,6 +82,7 @@ pub enum Handled {
     CrmLink(String),
     Attributes(Map<String, Value>),
     Call(Value),
+    Bot(BotOutcome),
 }
 
 /// What the pipeline left of an event.
@@ -98,10 +110,14 @@ impl Conversations {
                 agent,
                 chat_id,
                 message,
-            } => self
-                .agent_message(agent, chat_id, message)
-                .await
-                .map(Handled::AgentMessage),
+            } => {
+                if !message.is_typing() {
+                    self.join_bot_chat(agent, chat_id).await?;
+                }
+                self.agent_message(agent, chat_id, message)
+                    .await
+                    .map(Handled::AgentMessage)
+            }
             Inbound::Accept { agent, chat_id } => {
                 let (chat, event) = self
                     .agent_event(agent, chat_id, EventKind::AGENT_ACCEPT, json!({}))
@@ -144,6 +160,14 @@ impl Conversations {
                     .await
                     .map(Handled::Attributes)
             }
+            Inbound::Bot {
+                bot,
+                event,
+                payload,
+            } => self
+                .provider_event(bot, event, payload)
+                .await
+                .map(Handled::Bot),
             Inbound::Call { agent, report } => {
                 let chat_id = report.chat_id();
                 let mut event = Event::new(
@@ -167,6 +191,27 @@ impl Conversations {
                     .map(Handled::Call)
             }
         }
+    }
+
+    /// An agent writing in a waiting chat a bot had accepts it first, as
+    /// its own `agent.accept` event, so the bot hears `AGENT_JOINED`.
+    async fn join_bot_chat(&self, agent: &Agent, chat_id: i64) -> Result<(), CoreError> {
+        if self.bots().is_empty() {
+            return Ok(());
+        }
+        let chat = self.visible_chat(agent, chat_id).await?;
+        if chat.state != crate::store::ChatState::Open {
+            return Ok(());
+        }
+        match self.store.chat_bot(chat.id).await? {
+            Some(cb) if !cb.state.is_done() => {}
+            _ => return Ok(()),
+        }
+        let (chat, event) = self
+            .agent_event(agent, chat.id, EventKind::AGENT_ACCEPT, json!({}))
+            .await?;
+        let routed = self.through(event, "accept").await?;
+        self.accept(agent, chat.id, &routed).await.map(|_| ())
     }
 
     /// The event of an agent action on a chat the agent may see.

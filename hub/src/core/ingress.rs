@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::core::batch::BatchWrite;
+use crate::core::bots::{self, BotHook};
 use crate::core::conversations::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
@@ -17,7 +18,8 @@ use crate::store::ingress::{CustomerWrite, CustomerWritten, MAX_BATCH, write_cus
 #[derive(Debug)]
 pub(super) struct Written {
     pub(super) written: CustomerWritten,
-    /// Whether a `chat_updated` webhook was queued (the visitor's profile changed).
+    /// Whether something was queued for the deliverer (a `chat_updated`
+    /// webhook, a request to the chat's bot).
     pub(super) updated: bool,
 }
 
@@ -26,6 +28,8 @@ pub(super) struct Job {
     pub(super) write: CustomerWrite,
     pub(super) forwards: Vec<Forward>,
     pub(super) kv_writes: Vec<(Arc<str>, KvWrites)>,
+    /// Set when the hub has bots: the message may be for its chat's bot.
+    pub(super) bot: Option<BotHook>,
 }
 
 /// Customer messages, written in batches.
@@ -46,13 +50,16 @@ impl BatchWrite for Ingress {
             job.write.event.chat_id = chat_id;
             let now = job.write.now;
             record_effects(conn, &job.write.event, &job.forwards, &job.kv_writes, now).await?;
-            let updated = match &written.chat {
+            let mut updated = match &written.chat {
                 Some(chat) if written.profile_changed && !written.opened => {
                     webhooks::queue_chat_event(conn, chat.id, false, now).await?;
                     true
                 }
                 _ => false,
             };
+            if let Some(hook) = &job.bot {
+                updated |= bots::on_customer_message(conn, hook, &written, now).await?;
+            }
             results.push(Written { written, updated });
         }
         Ok(results)

@@ -1,10 +1,11 @@
 //! The core: what the hub does with an event once an edge has parsed it —
-//! conversations and their delivery outcomes, offline messages, agent actions
+//! conversations and their delivery outcomes, the bot exchange, offline messages, agent actions
 //! integrators hear of, provisioning, event and CRM webhooks, live updates to
 //! agents and CRM task reminders. It runs every event through the pipeline
 //! before it touches state.
 
 mod batch;
+pub mod bots;
 pub mod conversations;
 pub mod door;
 mod ingress;

@@ -95,11 +95,12 @@ impl Finisher for Conversations {
                 ),
             };
             let row_kind = row.row_kind();
-            let webhook = row_kind.is_webhook();
+            let webhook = row_kind.is_webhook() || row_kind == RowKind::Bot;
             let kind = match row_kind {
                 RowKind::Forward => EventKind::FORWARD_RESULT,
                 RowKind::EventWebhook | RowKind::CrmWebhook => EventKind::WEBHOOK_RESULT,
                 RowKind::ChannelMessage => EventKind::DELIVERY_RESULT,
+                RowKind::Bot => EventKind::BOT_DELIVERY_RESULT,
             };
             let mut payload = json!({
                 "delivery_id": row.id,
@@ -212,8 +213,29 @@ impl Finisher for Conversations {
             if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
                 self.publish(chat, "chat.integration", json!({ "integration": shown }));
             }
+            // A bot that never answered (or a plugin bot that failed): the
+            // chat goes to agents as if it had sent INVITE_AGENT.
+            if let (Final::Failed(reason), Some(chat_id)) = (result, row.chat_id)
+                && row.kind == EventKind::BOT_CLIENT_MESSAGE.as_str()
+                && let Err(e) = self
+                    .hand_off(chat_id, &format!("the bot did not answer: {reason}"))
+                    .await
+            {
+                tracing::error!(chat = chat_id, error = %e, "cannot hand the chat to agents");
+            }
             Ok(())
         })
+    }
+
+    fn answer_locally<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Final, StoreError>> {
+        Box::pin(self.answer_as_plugin_bot(row))
+    }
+
+    fn request_headers<'a>(
+        &'a self,
+        row: &'a Claimed,
+    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String>> {
+        Box::pin(self.bot_request_headers(row))
     }
 }
 

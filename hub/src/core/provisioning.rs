@@ -1,11 +1,12 @@
-//! Creating channels and agents, shared by the CLI, the admin API and the
+//! Creating channels, agents and bots, shared by the CLI, the admin API and the
 //! channels declared in `hub.toml`.
 
 use serde::Serialize;
 
-use crate::config::{ChannelConfig, is_http_url};
+use crate::config::{BotConfig, ChannelConfig, is_http_url, is_provider_id, is_token};
 use crate::ids::{agent_token, random_token, token_hash};
-use crate::store::{Agent, Channel, NewAgent, NewChannel, Store, StoreError};
+use crate::store::bots::{BotAuth, BotTarget};
+use crate::store::{Agent, Bot, Channel, NewAgent, NewBot, NewChannel, Store, StoreError};
 
 /// Settings key of the installation's random path segment.
 const PATH_SECRET_KEY: &str = "channel_path_secret";
@@ -229,4 +230,223 @@ pub async fn create_agent(
             ProvisionError::Duplicate(format!("an agent with e-mail `{email}` exists already"))
         })?;
     Ok((agent, token))
+}
+
+/// What a bot is created from (the admin API, the CLI, `hub.toml`).
+#[derive(Debug, Clone)]
+pub struct BotSpec {
+    pub name: String,
+    /// Random when not given.
+    pub provider_id: Option<String>,
+    pub target: BotTarget,
+    pub channels: Vec<String>,
+}
+
+impl BotSpec {
+    /// A bot of `hub.toml` (checked there already).
+    pub fn from_config(c: &BotConfig) -> Result<BotSpec, ProvisionError> {
+        let target = match (&c.endpoint, &c.token, &c.plugin) {
+            (_, _, Some(plugin)) => BotTarget::Plugin(plugin.clone()),
+            (Some(endpoint), Some(token), None) => BotTarget::Provider {
+                endpoint: endpoint.clone(),
+                token: token.clone(),
+                auth: c.auth.as_ref().map(|a| BotAuth {
+                    token_url: a.token_url.clone(),
+                    client_id: a.client_id.clone(),
+                    secret: a.secret.clone(),
+                }),
+            },
+            _ => {
+                return Err(ProvisionError::Invalid(format!(
+                    "bot `{}`: give either endpoint and token or plugin",
+                    c.name
+                )));
+            }
+        };
+        Ok(BotSpec {
+            name: c.name.clone(),
+            provider_id: c.provider_id.clone(),
+            target,
+            channels: c.channels.clone(),
+        })
+    }
+
+    fn validate(&self) -> Result<(), ProvisionError> {
+        let invalid = |m: String| Err(ProvisionError::Invalid(m));
+        if self.name.trim().is_empty() {
+            return invalid("name must not be empty".into());
+        }
+        if let Some(id) = &self.provider_id
+            && !is_provider_id(id)
+        {
+            return invalid(format!(
+                "provider_id `{id}` must be letters, digits, `-` or `_`"
+            ));
+        }
+        if let Some(bad) = self.channels.iter().find(|c| c.trim().is_empty()) {
+            return invalid(format!("channel name `{bad}` is empty"));
+        }
+        match &self.target {
+            BotTarget::Provider {
+                endpoint,
+                token,
+                auth,
+            } => {
+                if !is_http_url(endpoint) {
+                    return invalid(format!("endpoint `{endpoint}` is not an http(s) URL"));
+                }
+                if !is_token(token) {
+                    return invalid(
+                        "token must be letters, digits, `-`, `_`, `.` or `~` (a path segment)"
+                            .into(),
+                    );
+                }
+                if let Some(a) = auth {
+                    if !is_http_url(&a.token_url) {
+                        return invalid(format!(
+                            "auth.token_url `{}` is not an http(s) URL",
+                            a.token_url
+                        ));
+                    }
+                    if a.client_id.is_empty() || a.secret.is_empty() {
+                        return invalid("auth needs client_id and secret".into());
+                    }
+                }
+            }
+            BotTarget::Plugin(name) if name.trim().is_empty() => {
+                return invalid("plugin must not be empty".into());
+            }
+            BotTarget::Plugin(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// A bot as shown to the operator, with the two URLs to give the provider
+/// (the token and the auth secret are not shown).
+#[derive(Debug, Serialize)]
+pub struct BotView {
+    pub id: i64,
+    pub name: String,
+    pub provider_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    pub channels: Vec<String>,
+    /// Whether requests carry the provider's bearer token (`auth`).
+    pub authorized: bool,
+    pub declared: bool,
+    pub created_at: i64,
+    /// Where the provider posts (plugin bots take no requests: absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhooks_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub providers_url: Option<String>,
+}
+
+pub fn bot_view(bot: &Bot, base: &str) -> BotView {
+    let (endpoint, plugin, urls) = match &bot.target {
+        BotTarget::Provider {
+            endpoint, token, ..
+        } => (
+            Some(endpoint.clone()),
+            None,
+            Some((
+                format!("{base}/webhooks/{}/{token}", bot.provider_id),
+                format!("{base}/providers/{}/{token}", bot.provider_id),
+            )),
+        ),
+        BotTarget::Plugin(name) => (None, Some(name.clone()), None),
+    };
+    let (webhooks_url, providers_url) = urls.unzip();
+    BotView {
+        id: bot.id,
+        name: bot.name.clone(),
+        provider_id: bot.provider_id.clone(),
+        endpoint,
+        plugin,
+        channels: bot.channels.clone(),
+        authorized: bot.auth().is_some(),
+        declared: bot.declared,
+        created_at: bot.created_at,
+        webhooks_url,
+        providers_url,
+    }
+}
+
+pub async fn create_bot(
+    store: &Store,
+    spec: &BotSpec,
+    declared: bool,
+) -> Result<Bot, ProvisionError> {
+    spec.validate()?;
+    let provider_id = spec.provider_id.clone().unwrap_or_else(random_token);
+    store
+        .insert_bot(NewBot {
+            name: &spec.name,
+            provider_id: &provider_id,
+            target: &spec.target,
+            channels: &spec.channels,
+            declared,
+        })
+        .await?
+        .ok_or_else(|| {
+            ProvisionError::Duplicate(format!(
+                "a bot named `{}` or with provider id `{provider_id}` exists already",
+                spec.name
+            ))
+        })
+}
+
+/// The bot `key` names: its id, its name or its provider id.
+pub async fn find_bot(store: &Store, key: &str) -> Result<Option<Bot>, StoreError> {
+    let bots = store.list_bots().await?;
+    let by_id = key.parse::<i64>().ok();
+    Ok(bots
+        .into_iter()
+        .find(|b| Some(b.id) == by_id || b.name == key || b.provider_id == key))
+}
+
+/// Creates the bots of `hub.toml` that do not exist yet and updates the
+/// others (by name); a declared provider id that changed is refused, since
+/// providers hold the old URLs.
+pub async fn sync_declared_bots(
+    store: &Store,
+    declared: &[BotConfig],
+) -> Result<(), ProvisionError> {
+    let existing = store.list_bots().await?;
+    for c in declared {
+        let spec = BotSpec::from_config(c)?;
+        spec.validate()?;
+        match existing.iter().find(|b| b.name == c.name) {
+            Some(bot) => {
+                if let Some(id) = &c.provider_id
+                    && *id != bot.provider_id
+                {
+                    return Err(ProvisionError::Invalid(format!(
+                        "bot `{}`: provider_id cannot change (it is `{}`); delete the bot first",
+                        c.name, bot.provider_id
+                    )));
+                }
+                store
+                    .update_declared_bot(
+                        bot.id,
+                        NewBot {
+                            name: &spec.name,
+                            provider_id: &bot.provider_id,
+                            target: &spec.target,
+                            channels: &spec.channels,
+                            declared: true,
+                        },
+                    )
+                    .await?;
+            }
+            None => {
+                let bot = create_bot(store, &spec, true).await?;
+                tracing::info!(bot = %bot.name, provider_id = %bot.provider_id, "created declared bot");
+            }
+        }
+    }
+    Ok(())
 }

@@ -55,6 +55,17 @@ pub trait Finisher: Send + Sync + 'static {
         row: &'a Claimed,
         result: &'a Final,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Answers a row that goes to a plugin of the hub instead of over HTTP
+    /// (a plugin bot); the result is final.
+    fn answer_locally<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Final, StoreError>>;
+
+    /// Headers a row's request needs besides its destination's (a bot
+    /// provider's bearer token); an error counts as a failed attempt.
+    fn request_headers<'a>(
+        &'a self,
+        row: &'a Claimed,
+    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String>>;
 }
 
 /// Wakes the deliverer when something was queued.
@@ -216,6 +227,14 @@ impl Deliverer {
             let result = Final::NotSent("no receiver is configured".to_owned());
             return self.finisher.finish(row, &result).await;
         }
+        if row.plugin_bot().is_some() {
+            let result = self.finisher.answer_locally(row).await?;
+            let tried = Claimed {
+                attempts: row.attempts + 1,
+                ..row.clone()
+            };
+            return self.finisher.finish(&tried, &result).await;
+        }
         let wiring = self.wiring.current();
         let (policy, headers) = if let Some(name) = row.destination() {
             match wiring.destinations.get(name) {
@@ -245,18 +264,28 @@ impl Deliverer {
         if let Some(secret) = &row.secret {
             headers.extend(signature_headers(secret, row, started / 1000));
         }
-        let request = Request {
-            url: &row.target_url,
-            body: row.body.clone().into(),
-            chunked: row.chunked,
-            headers: &headers,
-            delivery: Some(DeliveryId {
-                id: &row.id,
-                attempt: attempt_no,
-            }),
-            timeout: policy.timeout,
+        let extra = match row.row_kind() {
+            RowKind::Bot => self.finisher.request_headers(row).await,
+            _ => Ok(Vec::new()),
         };
-        let outcome = self.sender.send(request, answer_rule(row)).await;
+        let outcome = match extra {
+            Ok(extra) => {
+                headers.extend(extra);
+                let request = Request {
+                    url: &row.target_url,
+                    body: row.body.clone().into(),
+                    chunked: row.chunked,
+                    headers: &headers,
+                    delivery: Some(DeliveryId {
+                        id: &row.id,
+                        attempt: attempt_no,
+                    }),
+                    timeout: policy.timeout,
+                };
+                self.sender.send(request, answer_rule(row)).await
+            }
+            Err(reason) => Attempt::Transient(reason),
+        };
         // A final result counts the attempt that ended it.
         let tried = Claimed {
             attempts: attempt_no,
@@ -274,7 +303,11 @@ impl Deliverer {
                 tracing::warn!(attempt = attempt_no, %reason, "rejected by the receiver");
                 self.finisher.finish(&tried, &Final::Failed(reason)).await
             }
-            Attempt::Transient(reason) if attempt_no >= max && row.message_id.is_none() => {
+            Attempt::Transient(reason)
+                if attempt_no >= max
+                    && row.message_id.is_none()
+                    && row.row_kind() != RowKind::Bot =>
+            {
                 // No message waits for this result (typing): waiting for the
                 // give-up time would only hold up the rest of the chat's queue.
                 tracing::warn!(attempt = attempt_no, %reason, "delivery failed for good");
@@ -311,6 +344,7 @@ impl Deliverer {
 fn answer_rule(row: &Claimed) -> AnswerRule {
     match row.row_kind() {
         RowKind::EventWebhook | RowKind::CrmWebhook => AnswerRule::Webhook,
+        RowKind::Bot => AnswerRule::Bot,
         // A destination is an integrator-like receiver: an error body refuses.
         RowKind::ChannelMessage | RowKind::Forward => AnswerRule::Channel,
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 pub use crate::outbound::RetryPolicy;
 
 use crate::config::{DeliveryConfig, WebhooksConfig};
-use crate::store::outbox::{POLICY_CHANNEL, POLICY_TYPING};
+use crate::store::outbox::{POLICY_BOT, POLICY_CHANNEL, POLICY_TYPING};
 use crate::store::outbox::{POLICY_WEBHOOK as POLICY_ASYNC, POLICY_WEBHOOK_SYNC as POLICY_SYNC};
 
 #[derive(Debug, Clone)]
@@ -38,8 +38,11 @@ impl Policies {
             timeout: Duration::from_millis(w.timeout_ms),
             order_hold: Some(Duration::from_millis(w.order_hold_ms)),
         };
+        // The spec's bot exchange limits: 3 s per request, 2 retries, 9 s in all.
+        let bot = RetryPolicy::fixed(3, Duration::from_secs(3), Duration::from_secs(3));
         Policies {
             by_name: HashMap::from([
+                (POLICY_BOT, bot),
                 (POLICY_CHANNEL, channel),
                 (POLICY_TYPING, typing),
                 (POLICY_SYNC, sync),

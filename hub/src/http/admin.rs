@@ -1,16 +1,17 @@
-//! The admin API: provisioning channels and agents with the admin bearer token.
+//! The admin API: provisioning channels, agents and bots with the admin bearer token.
 
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::provisioning::{self, ChannelSpec, ProvisionError};
+use crate::core::provisioning::{self, BotSpec, ChannelSpec, ProvisionError};
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
 use crate::ids::constant_time_eq;
 use crate::store::OutboxState;
+use crate::store::bots::{BotAuth, BotTarget};
 
 /// Routes `/admin/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
@@ -40,6 +41,11 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             Err(e) => store_failure(e.into()),
         },
         (Method::POST, ["agents"]) => create_agent(app, req).await,
+        (Method::GET, ["bots"]) => list_bots(app).await,
+        (Method::POST, ["bots"]) => create_bot(app, req).await,
+        (Method::GET, ["bots", key]) => get_bot(app, key).await,
+        (Method::DELETE, ["bots", key]) => delete_bot(app, key).await,
+        (_, ["bots"] | ["bots", _]) => method_not_allowed(),
         (Method::GET, ["plugins"]) => list_plugins(app),
         (Method::PUT, ["channels", id, "webhook"]) => set_webhook(app, req, id).await,
         (Method::GET, ["deliveries"]) => list_deliveries(app, &req).await,
@@ -150,6 +156,123 @@ async fn create_agent(app: &App, req: Request<Incoming>) -> Resp {
                      "photo": agent.photo, "token": token }),
         ),
         Err(e) => provision_error(e),
+    }
+}
+
+async fn list_bots(app: &App) -> Resp {
+    match app.store.list_bots().await {
+        Ok(bots) => {
+            let views: Vec<_> = bots
+                .iter()
+                .map(|b| provisioning::bot_view(b, &app.base))
+                .collect();
+            json(StatusCode::OK, &json!({ "bots": views }))
+        }
+        Err(e) => store_failure(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewBotBody {
+    name: String,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    plugin: Option<String>,
+    #[serde(default)]
+    provider_id: Option<String>,
+    #[serde(default)]
+    channels: Vec<String>,
+    #[serde(default)]
+    auth: Option<BotAuthBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BotAuthBody {
+    token_url: String,
+    client_id: String,
+    secret: String,
+}
+
+async fn create_bot(app: &App, req: Request<Incoming>) -> Resp {
+    let b: NewBotBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let target = match (b.endpoint, b.token, b.plugin) {
+        (None, None, Some(plugin)) if b.auth.is_none() => {
+            if !app.wiring.current().plugins.contains_key(&plugin) {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    format!("plugin `{plugin}` is not loaded"),
+                );
+            }
+            BotTarget::Plugin(plugin)
+        }
+        (Some(endpoint), Some(token), None) => BotTarget::Provider {
+            endpoint,
+            token,
+            auth: b.auth.map(|a| BotAuth {
+                token_url: a.token_url,
+                client_id: a.client_id,
+                secret: a.secret,
+            }),
+        },
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "give either endpoint and token (a provider) or plugin",
+            );
+        }
+    };
+    let spec = BotSpec {
+        name: b.name,
+        provider_id: b.provider_id,
+        target,
+        channels: b.channels,
+    };
+    match provisioning::create_bot(&app.store, &spec, false).await {
+        Ok(bot) => {
+            if let Err(e) = app.conversations.reload_bots().await {
+                return store_failure(e.into());
+            }
+            json(
+                StatusCode::CREATED,
+                &provisioning::bot_view(&bot, &app.base),
+            )
+        }
+        Err(e) => provision_error(e),
+    }
+}
+
+async fn get_bot(app: &App, key: &str) -> Resp {
+    match provisioning::find_bot(&app.store, key).await {
+        Ok(Some(bot)) => json(StatusCode::OK, &provisioning::bot_view(&bot, &app.base)),
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", "no such bot"),
+        Err(e) => store_failure(e.into()),
+    }
+}
+
+async fn delete_bot(app: &App, key: &str) -> Resp {
+    let bot = match provisioning::find_bot(&app.store, key).await {
+        Ok(Some(bot)) => bot,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", "no such bot"),
+        Err(e) => return store_failure(e.into()),
+    };
+    let deleted = app.store.delete_bot(bot.id).await;
+    let reloaded = app.conversations.reload_bots().await;
+    match deleted.and(reloaded) {
+        Ok(()) => json(
+            StatusCode::OK,
+            &json!({ "deleted": provisioning::bot_view(&bot, &app.base) }),
+        ),
+        Err(e) => store_failure(e.into()),
     }
 }
 

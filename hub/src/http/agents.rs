@@ -216,14 +216,16 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
     let client = app.store.client_by_id(chat.client_id).await;
     let messages = app.store.messages_of_chat(chat.id).await;
     let integration = app.store.chat_integration(chat.id).await;
-    match (client, messages, integration) {
-        (Ok(Some(client)), Ok(messages), Ok(integration)) => json(
+    let bot = app.store.chat_bot(chat.id).await;
+    match (client, messages, integration, bot) {
+        (Ok(Some(client)), Ok(messages), Ok(integration), Ok(bot)) => json(
             StatusCode::OK,
             &json!({ "chat": chat, "client": client_view(&client), "messages": messages,
-                     "integration": integration }),
+                     "integration": integration,
+                     "bot": bot.map(|b| json!({ "id": b.bot_id, "name": b.name, "state": b.state })) }),
         ),
-        (Ok(None), _, _) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+        (Ok(None), ..) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
+        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
             tracing::error!(error = %e, "cannot read a chat");
             unavailable()
         }
@@ -409,6 +411,6 @@ fn handled_json(done: Handled) -> serde_json::Value {
         Handled::Attributes(attributes) => json!({ "attributes": attributes }),
         Handled::Call(call) => call,
         Handled::AgentMessage(stored) => json!({ "message": stored }),
-        Handled::Customer(_) | Handled::Offline(_) => json!({ "result": "ok" }),
+        Handled::Customer(_) | Handled::Offline(_) | Handled::Bot(_) => json!({ "result": "ok" }),
     }
 }

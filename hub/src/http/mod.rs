@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod bots;
 pub mod channel;
 pub mod metrics;
 pub mod problem;
@@ -270,6 +271,12 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
         ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
         ["agent", "v1", rest @ ..] => crate::http::agents::handle(app, req, rest).await,
         ["widget", "v1", rest @ ..] => crate::http::widget::handle(app, req, rest).await,
+        ["webhooks", rest @ ..] => {
+            crate::http::bots::handle(app, req, crate::http::bots::Door::Webhooks, rest).await
+        }
+        ["providers", rest @ ..] => {
+            crate::http::bots::handle(app, req, crate::http::bots::Door::Providers, rest).await
+        }
         [secret, public_id] => {
             crate::http::channel::handle(app, req, secret, public_id, false).await
         }

@@ -6,6 +6,7 @@
 //! How an answer is read: 2xx without an error body is delivered; a 4xx or an
 //! `{"error":…}` body is final; anything else is retried.
 
+pub mod oauth;
 mod retry;
 pub mod signing;
 
@@ -82,6 +83,9 @@ pub enum AnswerRule {
     /// A webhook receiver's: any 2xx is a delivery (a `result` other than ok
     /// only means its data is not applied).
     Webhook,
+    /// A bot provider's: only a 2xx counts, and every other answer (4xx
+    /// included) is retried, since the spec retries "until a regular success".
+    Bot,
 }
 
 impl AnswerRule {
@@ -90,6 +94,8 @@ impl AnswerRule {
         match self {
             AnswerRule::Channel => classify(status, body),
             AnswerRule::Webhook => classify_webhook(status, body),
+            AnswerRule::Bot if status.is_success() => Attempt::Delivered(body),
+            AnswerRule::Bot => Attempt::Transient(format!("the provider answered {status}")),
         }
     }
 }
@@ -199,9 +205,12 @@ impl HttpSender {
             .url
             .parse()
             .map_err(|e| PostError::Invalid(format!("invalid endpoint URL: {e}")))?;
-        let mut request = http::Request::post(uri)
-            .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")));
+        let mut request =
+            http::Request::post(uri).header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")));
+        // JSON unless the caller says otherwise (a token request is a form).
+        if !post.headers.iter().any(|(name, _)| name == CONTENT_TYPE) {
+            request = request.header(CONTENT_TYPE, "application/json; charset=utf-8");
+        }
         if let Some(DeliveryId { id, attempt }) = post.delivery {
             request = request
                 .header(DELIVERY_ID_HEADER, id)

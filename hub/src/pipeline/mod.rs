@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::config::OnError;
 use crate::event::Event;
 use crate::pipeline::wiring::{Route, WiringHandle};
-use crate::runtime::{Action, Forward, KvWrites, Plugin, PluginEvent};
+use crate::runtime::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent};
 use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
 
@@ -210,6 +210,27 @@ impl Pipeline {
             }
         }
         routed
+    }
+
+    /// Calls the plugin `name` alone on `event`, outside any route (a
+    /// plugin bot): its checked outcome, or why the call failed (also when
+    /// the plugin is not loaded).
+    pub async fn call_plugin(&self, name: &str, event: &Event) -> Result<Outcome, String> {
+        let wiring = self.wiring.current();
+        let plugin = wiring
+            .plugins
+            .get(name)
+            .ok_or_else(|| format!("plugin `{name}` is not loaded"))?;
+        let channel = self.channel_name(event.channel_id).await;
+        let context = self.context(event).await;
+        let input = PluginEvent {
+            event,
+            channel: channel.as_deref(),
+            context: &context,
+        };
+        let kind = event.kind.clone();
+        let check = move |action: &mut Action| validate::action(&kind, action);
+        plugin.call(&input, &check).await.map_err(|e| e.to_string())
     }
 
     /// What plugins learn besides the payload.

@@ -23,6 +23,10 @@ pub fn action(kind: &EventKind, action: &mut Action) -> Result<(), String> {
         Action::Reply(reply) if *kind == EventKind::CUSTOMER_MESSAGE => {
             auto_reply(reply.clone()).map(|_| ())
         }
+        // A bot's answer: messages and provider events (`bot::parse_answers`).
+        Action::Reply(reply) if *kind == EventKind::BOT_CLIENT_MESSAGE => {
+            plugin_api::bot::parse_answers(reply, 0).map(|_| ())
+        }
         _ => Ok(()),
     }
 }

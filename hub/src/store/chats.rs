@@ -79,6 +79,17 @@ pub struct ChatSummary {
     pub chat: Chat,
     pub channel: String,
     pub client_name: String,
+    /// The bot the chat started with and where it stands (`bot`: the bot
+    /// holds it; `invited`/`unavailable`: handed off, waiting for an agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bot: Option<BotBrief>,
+}
+
+/// A chat's bot as agents see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BotBrief {
+    pub name: Option<String>,
+    pub state: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,6 +99,8 @@ pub enum Author {
     Agent,
     /// Sent on the hub's behalf by a plugin's reply (an auto-reply).
     Auto,
+    /// A bot's message (a provider's `BOT_MESSAGE` or a plugin bot's answer).
+    Bot,
 }
 
 impl Author {
@@ -96,6 +109,7 @@ impl Author {
             Author::Client => "client",
             Author::Agent => "agent",
             Author::Auto => "auto",
+            Author::Bot => "bot",
         }
     }
     fn parse(s: &str) -> Result<Self, StoreError> {
@@ -103,6 +117,7 @@ impl Author {
             "client" => Ok(Author::Client),
             "agent" => Ok(Author::Agent),
             "auto" => Ok(Author::Auto),
+            "bot" => Ok(Author::Bot),
             other => Err(StoreError::Corrupt(format!("message author `{other}`"))),
         }
     }
@@ -142,6 +157,9 @@ pub struct MessageRow {
     pub chat_id: i64,
     pub author: Author,
     pub agent_id: Option<i64>,
+    /// The author's name when no agent row names it (a bot's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author_name: Option<String>,
     /// The channel `message` object as stored (after plugins).
     pub body: serde_json::Value,
     pub delivery: Option<DeliveryState>,
@@ -169,8 +187,8 @@ pub(super) const CLIENT_MERGE: &str = "ON CONFLICT (channel_id, external_key) DO
      updated_at = excluded.updated_at";
 pub(super) const CHAT_COLUMNS: &str = "id, channel_id, client_id, state, agent_id, opened_at, accepted_at, \
      closed_at, last_message_at";
-pub(super) const MESSAGE_COLUMNS: &str =
-    "id, uid, chat_id, author, agent_id, body, delivery_state, delivery_error, created_at";
+pub(super) const MESSAGE_COLUMNS: &str = "id, uid, chat_id, author, agent_id, body, delivery_state, delivery_error, created_at, \
+     author_name";
 
 // The readers take columns by position, from `base` on, in the order of the
 // `*_COLUMNS` lists: a join can then read several entities from one row.
@@ -250,6 +268,7 @@ pub(super) fn message_at(row: &AnyRow, base: usize) -> Result<MessageRow, StoreE
         delivery: delivery.as_deref().map(DeliveryState::parse).transpose()?,
         delivery_error: row.try_get(get(7)).ctx("reading a message")?,
         created_at: row.try_get(get(8)).ctx("reading a message")?,
+        author_name: row.try_get(get(9)).ctx("reading a message")?,
     })
 }
 
@@ -624,9 +643,10 @@ impl Store {
         let rows = sqlx::query(&format!(
             "SELECT c.id, c.channel_id, c.client_id, c.state, c.agent_id, c.opened_at, \
              c.accepted_at, c.closed_at, c.last_message_at, ch.name AS channel_name, \
-             cl.name AS client_name \
+             cl.name AS client_name, cb.state AS bot_state, b.name AS bot_name \
              FROM chats c JOIN channel_agents ca ON ca.channel_id = c.channel_id \
              JOIN channels ch ON ch.id = c.channel_id JOIN clients cl ON cl.id = c.client_id \
+             LEFT JOIN chat_bots cb ON cb.chat_id = c.id LEFT JOIN bots b ON b.id = cb.bot_id \
              WHERE ca.agent_email = $1 {filter} ORDER BY c.last_message_at DESC, c.id DESC \
              LIMIT $2"
         ))
@@ -643,6 +663,16 @@ impl Store {
                     chat: chat_from_row(row)?,
                     channel: row.try_get("channel_name").ctx("reading a chat")?,
                     client_name: client_name.unwrap_or_else(|| "Anonymous".to_owned()),
+                    bot: row
+                        .try_get::<Option<String>, _>("bot_state")
+                        .ctx("reading a chat")?
+                        .map(|state| -> Result<BotBrief, StoreError> {
+                            Ok(BotBrief {
+                                name: row.try_get("bot_name").ctx("reading a chat")?,
+                                state,
+                            })
+                        })
+                        .transpose()?,
                 })
             })
             .collect()

@@ -124,6 +124,7 @@ pub async fn write_customer_messages(
         let message = match (message_id, chat_id, &item.body) {
             (Some(id), Some(chat_id), Some(body)) => Some(MessageRow {
                 id,
+                author_name: None,
                 uid: item.uid.clone(),
                 chat_id,
                 author: Author::Client,

@@ -3,6 +3,7 @@
 
 mod agents;
 mod batch;
+pub mod bots;
 pub mod calls;
 mod channels;
 pub mod chats;
@@ -23,6 +24,7 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Transaction};
 
 pub use agents::{Agent, NewAgent};
+pub use bots::{Bot, BotState, NewBot};
 pub use channels::{Channel, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
 pub use outbox::{Claimed, NewDelivery, OutboxState, Retry, RowKind};
@@ -162,6 +164,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../../migrations/sqlite/0005_delivery_fixes.sql"),
     ),
+    (6, include_str!("../../migrations/sqlite/0006_bots.sql")),
 ];
 
 impl Store {

@@ -111,12 +111,17 @@ pub const POLICY_WEBHOOK_SYNC: &str = "webhook_sync";
 /// Every other event webhook and every CRM webhook.
 pub const POLICY_WEBHOOK: &str = "webhook";
 pub const POLICY_DESTINATION_PREFIX: &str = "dest:";
+/// Requests to bot providers: the spec's 3 s timeout, 3 attempts 3 s apart.
+pub const POLICY_BOT: &str = "bot";
+/// A row to a plugin bot has this target instead of a URL.
+pub const PLUGIN_BOT_PREFIX: &str = "plugin:";
 
 /// Row kinds of webhooks start with these (`webhook.<event_name>`,
 /// `crm.<event_type>.<event_name>`); a plugin's forward is `forward`.
 pub const EVENT_WEBHOOK_PREFIX: &str = "webhook.";
 pub const CRM_WEBHOOK_PREFIX: &str = "crm.";
 pub const FORWARD_KIND: &str = "forward";
+pub const BOT_PREFIX: &str = "bot.";
 
 /// What an outbox row is. The constructors of [`NewDelivery`] fix, per kind,
 /// its policy, order key and staging; the deliverer and the bookkeeping of
@@ -132,6 +137,8 @@ pub enum RowKind {
     EventWebhook,
     /// A CRM webhook to the CRM's receiver.
     CrmWebhook,
+    /// An event to a bot provider (`bot.*`), or to a plugin bot.
+    Bot,
 }
 
 impl RowKind {
@@ -143,6 +150,8 @@ impl RowKind {
             RowKind::EventWebhook
         } else if kind.starts_with(CRM_WEBHOOK_PREFIX) {
             RowKind::CrmWebhook
+        } else if kind.starts_with(BOT_PREFIX) {
+            RowKind::Bot
         } else {
             RowKind::ChannelMessage
         }
@@ -183,6 +192,33 @@ impl NewDelivery {
             message_id: None,
             chat_id: Some(chat_id),
             staged: false,
+            secret: None,
+        }
+    }
+
+    /// An event to a bot (`kind` = `bot.<event>`): staged (the `bot.*`
+    /// routes' plugins run when it is first claimed), in order per chat.
+    /// `target_url` is the provider's `{endpoint}/{token}`, or
+    /// [`PLUGIN_BOT_PREFIX`] and the plugin's name for a plugin bot.
+    pub fn bot(
+        event_id: uuid::Uuid,
+        kind: &str,
+        target_url: String,
+        body: String,
+        chat_id: i64,
+    ) -> NewDelivery {
+        NewDelivery {
+            id: uuid::Uuid::now_v7(),
+            event_id,
+            kind: kind.to_owned(),
+            policy: POLICY_BOT.to_owned(),
+            target_url,
+            body,
+            chunked: false,
+            order_key: Some(format!("bot:chat:{chat_id}")),
+            message_id: None,
+            chat_id: Some(chat_id),
+            staged: true,
             secret: None,
         }
     }
@@ -283,6 +319,11 @@ impl NewDelivery {
 impl Claimed {
     pub fn row_kind(&self) -> RowKind {
         RowKind::of(&self.kind)
+    }
+
+    /// The plugin that answers a row to a plugin bot.
+    pub fn plugin_bot(&self) -> Option<&str> {
+        self.target_url.strip_prefix(PLUGIN_BOT_PREFIX)
     }
 
     /// The destination a forward goes to, by name.

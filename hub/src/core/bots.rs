@@ -1,0 +1,756 @@
+//! The bot exchange in the core: which bot a channel's new chats start with,
+//! what a customer message sends it, what a bot's events do to its chat
+//! (messages, hand-off to agents, contacts), what agents accepting and
+//! closing tell it, and plugin bots answering in place of a provider.
+//!
+//! Every request to a bot is an outbox row (`bot.*`, staged so the `bot.*`
+//! routes' plugins see it) written in the transaction of the change that
+//! caused it; nothing here waits on a request to a provider, so a provider
+//! may post its answer while the hub's request to it is still open.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use plugin_api::bot::{
+    self, BotAnswer, BotEvent, ChatNotice, ClientMessage, InviteAgent, Sender, TextMessage,
+    Timestamp,
+};
+use plugin_api::channel::{AgentMessage, AgentSender, Recipient, Text};
+use plugin_api::lenient::Label;
+use serde_json::{Value, json};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::clock::now_ms;
+use crate::core::conversations::{Conversations, CoreError, client_view, record_in};
+use crate::core::door::Passage;
+use crate::core::webhooks;
+use crate::delivery::Final;
+use crate::event::{Direction, Event, EventKind};
+use crate::ids::constant_time_eq;
+use crate::outbound::oauth::{Credentials, bearer_header};
+use crate::pipeline::{Routed, record_effects};
+use crate::runtime::Action;
+use crate::store::bots::{
+    BotTarget, agents_online, chat_bot_in_tx, insert_bot_message, last_bot_message, mark_seen,
+    set_chat_bot,
+};
+use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
+use crate::store::events::insert_event;
+use crate::store::ingress::CustomerWritten;
+use crate::store::outbox::{PLUGIN_BOT_PREFIX, enqueue};
+use crate::store::{
+    Author, Bot, BotState, Chat, Claimed, Conn, DeliveryState, MessageRow, NewDelivery, StoreError,
+};
+
+/// The bots, by what finds them; replaced whole when bots change.
+#[derive(Debug, Default)]
+pub struct Directory {
+    by_id: HashMap<i64, Arc<Bot>>,
+    by_channel: HashMap<String, Arc<Bot>>,
+    by_provider: HashMap<String, Arc<Bot>>,
+}
+
+impl Directory {
+    fn new(bots: Vec<Bot>) -> Directory {
+        let mut d = Directory::default();
+        for bot in bots {
+            let bot = Arc::new(bot);
+            for channel in &bot.channels {
+                d.by_channel.insert(channel.clone(), bot.clone());
+            }
+            d.by_provider.insert(bot.provider_id.clone(), bot.clone());
+            d.by_id.insert(bot.id, bot);
+        }
+        d
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// The bot new chats of the channel named `channel` start with.
+    pub fn for_channel(&self, channel: &str) -> Option<&Arc<Bot>> {
+        self.by_channel.get(channel)
+    }
+
+    pub fn by_provider_id(&self, provider_id: &str) -> Option<&Arc<Bot>> {
+        self.by_provider.get(provider_id)
+    }
+
+    pub fn by_id(&self, id: i64) -> Option<&Arc<Bot>> {
+        self.by_id.get(&id)
+    }
+}
+
+/// The current [`Directory`], shared by requests and the deliverer.
+#[derive(Debug, Default)]
+pub struct BotDirectory(RwLock<Arc<Directory>>);
+
+impl BotDirectory {
+    pub fn current(&self) -> Arc<Directory> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, bots: Vec<Bot>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Directory::new(bots));
+    }
+}
+
+/// What a customer message needs to reach its chat's bot, in the ingress batch.
+pub(super) struct BotHook {
+    pub(super) directory: Arc<Directory>,
+    pub(super) channel_name: String,
+    pub(super) channel_public_id: String,
+    pub(super) site_id: i64,
+}
+
+/// What became of a bot's event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BotOutcome {
+    Applied,
+    /// Its `id` was applied before: nothing happened again.
+    Repeated,
+    /// A plugin on its route dropped it.
+    Dropped,
+}
+
+/// The channel type bots are told of (`channel.type`).
+const CUSTOM_CHANNEL_TYPE: &str = "custom";
+
+impl Conversations {
+    pub fn bots(&self) -> Arc<Directory> {
+        self.bots.current()
+    }
+
+    /// Reads the bots again, after they changed.
+    pub async fn reload_bots(&self) -> Result<(), StoreError> {
+        let bots = self.store.list_bots().await?;
+        self.bots.replace(bots);
+        Ok(())
+    }
+
+    /// Whether `authorization` (the header's value) carries the token the hub
+    /// got from the provider; a bot without `auth` needs none.
+    pub async fn provider_authorized(&self, bot: &Bot, authorization: Option<&str>) -> bool {
+        let Some(auth) = bot.auth() else {
+            return true;
+        };
+        let Some(presented) = authorization.and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        }) else {
+            return false;
+        };
+        let credentials = credentials(auth);
+        let mut held = self.tokens.held(&credentials);
+        if held.is_empty() {
+            // The hub has not needed a token yet (say, after a restart): get one now.
+            match self.tokens.token(&credentials).await {
+                Ok(token) => held.push(token),
+                Err(e) => {
+                    tracing::warn!(bot = %bot.name, error = %e, "cannot get the provider's token");
+                    return false;
+                }
+            }
+        }
+        held.iter()
+            .any(|t| constant_time_eq(t.as_bytes(), presented.trim().as_bytes()))
+    }
+
+    /// A bot's event, as the edge parsed it: checked against the bot's chat,
+    /// de-duplicated by its `id`, through the pipeline, then applied.
+    pub(super) async fn provider_event(
+        &self,
+        bot: &Arc<Bot>,
+        event: BotEvent,
+        payload: Value,
+    ) -> Result<BotOutcome, CoreError> {
+        let kind = match &event {
+            BotEvent::BotMessage(_) => EventKind::BOT_MESSAGE,
+            BotEvent::InviteAgent(_) => EventKind::BOT_INVITE_AGENT,
+            BotEvent::ClientInfo(_) => EventKind::BOT_CLIENT_INFO,
+            other => {
+                return Err(CoreError::Invalid(format!(
+                    "{} is sent by the hub, not to it",
+                    other.event_name()
+                )));
+            }
+        };
+        let chat = self.bot_chat(bot, event.chat_id()).await?;
+        if let Some(id) = event.id()
+            && self.store.bot_event_seen(bot.id, id).await?
+        {
+            return Ok(BotOutcome::Repeated);
+        }
+        let routed = Event::new(kind, Direction::In, payload)
+            .on_channel(chat.channel_id)
+            .in_chat(chat.id);
+        let span = routed.span();
+        async {
+            let routed = match self.pass(routed, "bot event").await? {
+                Passage::Through(routed) => *routed,
+                Passage::Dropped(_) => return Ok(BotOutcome::Dropped),
+            };
+            let event = if routed.changed {
+                serde_json::from_value(routed.event.payload.clone()).map_err(|e| {
+                    CoreError::Invalid(format!("a plugin made the event invalid: {e}"))
+                })?
+            } else {
+                event
+            };
+            self.apply_bot_event(bot, &chat, event, &routed).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The chat `chat_id` names, if it is a chat of `bot`.
+    async fn bot_chat(&self, bot: &Bot, chat_id: &str) -> Result<Chat, CoreError> {
+        let unknown =
+            || CoreError::Invalid(format!("chat_id `{chat_id}` names no chat of this bot"));
+        let id: i64 = chat_id.trim().parse().map_err(|_| unknown())?;
+        let chat = self.store.chat_by_id(id).await?.ok_or_else(unknown)?;
+        match self.store.chat_bot(chat.id).await? {
+            Some(cb) if cb.bot_id == bot.id => Ok(chat),
+            _ => Err(unknown()),
+        }
+    }
+
+    /// What a bot's event does to its chat, in one transaction with the
+    /// event's log row and its plugins' effects.
+    async fn apply_bot_event(
+        &self,
+        bot: &Bot,
+        chat: &Chat,
+        event: BotEvent,
+        routed: &Routed,
+    ) -> Result<BotOutcome, CoreError> {
+        let client = self
+            .store
+            .client_by_id(chat.client_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        let channel = self
+            .store
+            .channel_by_id(chat.channel_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        let mut w = self.store.begin_write().await?;
+        let now = now_ms();
+        let state = chat_bot_in_tx(&mut w.tx, chat.id)
+            .await?
+            .map(|cb| cb.state)
+            .ok_or_else(|| CoreError::Invalid("the chat has no bot".into()))?;
+        if let Some(id) = event.id()
+            && !mark_seen(&mut w.tx, bot.id, id, now).await?
+        {
+            // Applied meanwhile by a twin of this request.
+            return Ok(BotOutcome::Repeated);
+        }
+        let done = |state: BotState| {
+            CoreError::Invalid(match state {
+                BotState::Closed => "the chat is closed: the bot is done with it".to_owned(),
+                _ => "an agent joined the chat: the bot is done with it".to_owned(),
+            })
+        };
+        match event {
+            BotEvent::BotMessage(m) => {
+                if state.is_done() {
+                    return Err(done(state));
+                }
+                let body = serde_json::to_value(&m.message)
+                    .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+                let customer_text = m.message.customer_text();
+                let delivery = customer_text.as_ref().map(|_| DeliveryState::Pending);
+                let uid = Uuid::now_v7().to_string();
+                let message_id = insert_bot_message(
+                    &mut w.tx,
+                    chat.id,
+                    &uid,
+                    &bot.name,
+                    &body.to_string(),
+                    delivery,
+                    now,
+                )
+                .await?;
+                if let Some(text) = customer_text {
+                    let wire = AgentMessage {
+                        sender: AgentSender {
+                            name: bot.name.clone(),
+                            photo: None,
+                        },
+                        recipient: Recipient {
+                            id: client.external_id.clone(),
+                        },
+                        message: plugin_api::channel::Message::Text(Text {
+                            id: Some(Label(uid.clone())),
+                            text,
+                        }),
+                    };
+                    let wire = serde_json::to_string(&wire).map_err(|e| {
+                        CoreError::Invalid(format!("cannot encode the message: {e}"))
+                    })?;
+                    let mut delivery = NewDelivery::channel_message(
+                        routed.event.id,
+                        EventKind::AGENT_MESSAGE.as_str(),
+                        format!(
+                            "{}/{}",
+                            channel.customer_endpoint.trim_end_matches('/'),
+                            channel.public_id
+                        ),
+                        wire,
+                        channel.chunked,
+                        chat.id,
+                        false,
+                    );
+                    delivery.message_id = Some(message_id);
+                    enqueue(&mut w.tx, &delivery, now).await?;
+                }
+                record_in(&mut w.tx, routed, now).await?;
+                w.commit().await?;
+                self.kick.kick();
+                let row = MessageRow {
+                    id: message_id,
+                    uid,
+                    chat_id: chat.id,
+                    author: Author::Bot,
+                    agent_id: None,
+                    author_name: Some(bot.name.clone()),
+                    body,
+                    delivery,
+                    delivery_error: None,
+                    created_at: now,
+                };
+                self.publish(chat, "chat.message", json!({ "message": row }));
+            }
+            BotEvent::InviteAgent(_) => {
+                match state {
+                    BotState::Bot => {}
+                    // Invited already: one hand-off, one AGENT_UNAVAILABLE.
+                    BotState::Invited | BotState::Unavailable => {
+                        record_in(&mut w.tx, routed, now).await?;
+                        w.commit().await?;
+                        return Ok(BotOutcome::Applied);
+                    }
+                    BotState::Joined | BotState::Closed => return Err(done(state)),
+                }
+                let online = agents_online(&mut w.tx, chat.channel_id).await? > 0;
+                let next = if online {
+                    BotState::Invited
+                } else {
+                    BotState::Unavailable
+                };
+                set_chat_bot(&mut w.tx, chat.id, bot.id, next, now).await?;
+                if !online {
+                    queue_notice(&mut w.tx, bot, chat, EventKind::BOT_AGENT_UNAVAILABLE, now)
+                        .await?;
+                }
+                record_in(&mut w.tx, routed, now).await?;
+                w.commit().await?;
+                self.kick.kick();
+                self.publish(
+                    chat,
+                    "chat.invited",
+                    json!({ "chat": chat, "bot": { "id": bot.id, "name": bot.name,
+                            "state": next }, "client": client_view(&client) }),
+                );
+            }
+            BotEvent::ClientInfo(info) => {
+                let contacts = info.contacts();
+                let update = ContactUpdate {
+                    name: contacts.name.as_deref(),
+                    phone: contacts.phone.as_deref(),
+                    email: contacts.email.as_deref(),
+                };
+                set_client_contact(&mut w.tx, chat.client_id, update, now).await?;
+                if let Some(description) = &contacts.description {
+                    set_client_description(&mut w.tx, chat.client_id, description).await?;
+                }
+                webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
+                record_in(&mut w.tx, routed, now).await?;
+                w.commit().await?;
+                self.kick.kick();
+                if let Some(client) = self.store.client_by_id(chat.client_id).await? {
+                    self.publish(
+                        chat,
+                        "chat.client",
+                        json!({ "client": client_view(&client) }),
+                    );
+                }
+            }
+            other => {
+                return Err(CoreError::Invalid(format!(
+                    "{} is sent by the hub, not to it",
+                    other.event_name()
+                )));
+            }
+        }
+        Ok(BotOutcome::Applied)
+    }
+
+    /// Hands a chat to agents as if its bot had sent `INVITE_AGENT`: the
+    /// request to the bot got no regular answer, or the plugin bot failed.
+    pub(super) async fn hand_off(&self, chat_id: i64, reason: &str) -> Result<(), CoreError> {
+        let Some(cb) = self.store.chat_bot(chat_id).await? else {
+            return Ok(());
+        };
+        if cb.state != BotState::Bot {
+            return Ok(());
+        }
+        let Some(bot) = self.bots().by_id(cb.bot_id).cloned() else {
+            return Ok(());
+        };
+        let chat = self
+            .store
+            .chat_by_id(chat_id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
+        let invite = InviteAgent {
+            id: None,
+            client_id: None,
+            chat_id: Label(chat_id.to_string()),
+        };
+        let mut payload = serde_json::to_value(BotEvent::InviteAgent(invite.clone()))
+            .map_err(|e| CoreError::Invalid(e.to_string()))?;
+        payload["reason"] = json!(reason);
+        tracing::info!(chat = chat_id, bot = %bot.name, %reason, "handing the chat to agents");
+        let event = Event::new(EventKind::BOT_INVITE_AGENT, Direction::In, payload)
+            .on_channel(chat.channel_id)
+            .in_chat(chat.id);
+        let routed = match self.pass(event, "hand-off").await? {
+            Passage::Through(routed) => *routed,
+            Passage::Dropped(_) => return Ok(()),
+        };
+        self.apply_bot_event(&bot, &chat, BotEvent::InviteAgent(invite), &routed)
+            .await
+            .map(|_| ())
+    }
+
+    /// A plugin bot's turn: the plugin gets the `bot.client_message` event
+    /// and its reply is applied as the bot's events; a failed call hands off
+    /// (through the failed result, in `outcomes.rs`).
+    pub(super) async fn answer_as_plugin_bot(&self, row: &Claimed) -> Result<Final, StoreError> {
+        let (Some(plugin), Some(chat_id)) = (row.plugin_bot(), row.chat_id) else {
+            return Ok(Final::NotSent("not a plugin bot's row".to_owned()));
+        };
+        let Some(chat) = self.store.chat_by_id(chat_id).await? else {
+            return Ok(Final::NotSent("the chat is gone".to_owned()));
+        };
+        let bot = match self.store.chat_bot(chat_id).await? {
+            Some(cb) => self.bots().by_id(cb.bot_id).cloned(),
+            None => None,
+        };
+        let Some(bot) = bot else {
+            return Ok(Final::NotSent("the bot is gone".to_owned()));
+        };
+        let payload: Value = match serde_json::from_str(&row.body) {
+            Ok(v) => v,
+            Err(e) => return Ok(Final::Failed(format!("the stored event is not JSON: {e}"))),
+        };
+        let mut event = Event::new(EventKind::BOT_CLIENT_MESSAGE, Direction::Out, payload)
+            .on_channel(chat.channel_id)
+            .in_chat(chat.id);
+        if let Ok(id) = row.event_id.parse() {
+            event.id = id;
+        }
+        let outcome = match self.pipeline.call_plugin(plugin, &event).await {
+            Ok(outcome) => outcome,
+            Err(reason) => return Ok(Final::Failed(reason)),
+        };
+        if !outcome.forwards.is_empty() || !outcome.kv_writes.is_empty() {
+            let mut w = self.store.begin_write().await?;
+            let writes = [(Arc::<str>::from(plugin), outcome.kv_writes)];
+            record_effects(&mut w.tx, &event, &outcome.forwards, &writes, now_ms()).await?;
+            w.commit().await?;
+            self.kick.kick();
+        }
+        let Action::Reply(reply) = outcome.action else {
+            return Ok(Final::Delivered { answer: None });
+        };
+        let answers = match bot::parse_answers(&reply, now_ms() / 1000) {
+            Ok(a) => a,
+            Err(e) => return Ok(Final::Failed(format!("the plugin's reply: {e}"))),
+        };
+        for answer in answers {
+            if let Err(e) = self.plugin_bot_answer(&bot, &chat, answer).await {
+                tracing::warn!(bot = %bot.name, chat = chat.id, error = %e, "a plugin bot's answer was not applied");
+            }
+        }
+        Ok(Final::Delivered {
+            answer: Some(reply.to_string()),
+        })
+    }
+
+    /// One answer of a plugin bot, as the provider event it stands for.
+    async fn plugin_bot_answer(
+        &self,
+        bot: &Arc<Bot>,
+        chat: &Chat,
+        answer: BotAnswer,
+    ) -> Result<BotOutcome, CoreError> {
+        let chat_id = Label(chat.id.to_string());
+        let event = match answer {
+            BotAnswer::Message(message) => BotEvent::BotMessage(bot::BotMessage {
+                id: None,
+                client_id: None,
+                chat_id,
+                message,
+            }),
+            BotAnswer::InviteAgent => BotEvent::InviteAgent(InviteAgent {
+                id: None,
+                client_id: None,
+                chat_id,
+            }),
+            BotAnswer::ClientInfo(contacts) => BotEvent::ClientInfo(bot::ClientInfo {
+                id: None,
+                client_id: None,
+                chat_id,
+                client_info: Some(contacts),
+                contact_info: None,
+                top_level: bot::Contacts::default(),
+            }),
+        };
+        let payload =
+            serde_json::to_value(&event).map_err(|e| CoreError::Invalid(e.to_string()))?;
+        self.provider_event(bot, event, payload).await
+    }
+
+    /// The provider's bearer token on requests to a bot with `auth`.
+    pub(super) async fn bot_request_headers(
+        &self,
+        row: &Claimed,
+    ) -> Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String> {
+        let Some(chat_id) = row.chat_id else {
+            return Ok(Vec::new());
+        };
+        let chat_bot = self
+            .store
+            .chat_bot(chat_id)
+            .await
+            .map_err(|e| format!("cannot read the chat's bot: {e}"))?;
+        let directory = self.bots();
+        let Some(auth) = chat_bot
+            .and_then(|cb| directory.by_id(cb.bot_id))
+            .and_then(|bot| bot.auth())
+        else {
+            return Ok(Vec::new());
+        };
+        let token = self.tokens.token(&credentials(auth)).await?;
+        Ok(bearer_header(&token).into_iter().collect())
+    }
+}
+
+fn credentials(auth: &crate::store::bots::BotAuth) -> Credentials {
+    Credentials {
+        token_url: auth.token_url.clone(),
+        client_id: auth.client_id.clone(),
+        secret: auth.secret.clone(),
+    }
+}
+
+/// Where requests to `bot` go.
+fn target_of(bot: &Bot) -> String {
+    match &bot.target {
+        BotTarget::Provider {
+            endpoint, token, ..
+        } => format!("{}/{token}", endpoint.trim_end_matches('/')),
+        BotTarget::Plugin(name) => format!("{PLUGIN_BOT_PREFIX}{name}"),
+    }
+}
+
+/// Logs and queues an event to a bot; the event's id is the payload's `id`
+/// (a UUID, the same on every attempt).
+async fn queue_bot_event(
+    conn: &mut Conn,
+    bot: &Bot,
+    chat: &Chat,
+    kind: EventKind,
+    payload: impl FnOnce(Uuid) -> BotEvent,
+    now: i64,
+) -> Result<(), StoreError> {
+    let id = Uuid::now_v7();
+    let body = serde_json::to_value(payload(id))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode a bot event: {e}")))?;
+    let mut event = Event::new(kind, Direction::Out, body)
+        .on_channel(chat.channel_id)
+        .in_chat(chat.id);
+    event.id = id;
+    event.at = now;
+    insert_event(conn, &event).await?;
+    let delivery = NewDelivery::bot(
+        event.id,
+        event.kind.as_str(),
+        target_of(bot),
+        event.payload.to_string(),
+        chat.id,
+    );
+    enqueue(conn, &delivery, now).await
+}
+
+/// `AGENT_JOINED`, `AGENT_UNAVAILABLE` or `CHAT_CLOSED` to a provider; plugin
+/// bots hear only the customer.
+async fn queue_notice(
+    conn: &mut Conn,
+    bot: &Bot,
+    chat: &Chat,
+    kind: EventKind,
+    now: i64,
+) -> Result<(), StoreError> {
+    if matches!(bot.target, BotTarget::Plugin(_)) {
+        return Ok(());
+    }
+    let notice = |id: Uuid| ChatNotice {
+        id: Label(id.to_string()),
+        client_id: Label(chat.client_id.to_string()),
+        chat_id: Label(chat.id.to_string()),
+    };
+    let make: Box<dyn FnOnce(Uuid) -> BotEvent + Send> = if kind == EventKind::BOT_AGENT_JOINED {
+        Box::new(move |id| BotEvent::AgentJoined(notice(id)))
+    } else if kind == EventKind::BOT_AGENT_UNAVAILABLE {
+        Box::new(move |id| BotEvent::AgentUnavailable(notice(id)))
+    } else {
+        Box::new(move |id| BotEvent::ChatClosed(notice(id)))
+    };
+    queue_bot_event(conn, bot, chat, kind, make, now).await
+}
+
+/// In the transaction of a stored customer message: a new chat on a bot's
+/// channel starts with the bot, and a message of a chat whose bot hears the
+/// customer becomes a `CLIENT_MESSAGE` to it. True when a request was queued.
+pub(super) async fn on_customer_message(
+    conn: &mut Conn,
+    hook: &BotHook,
+    written: &CustomerWritten,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let (Some(chat), Some(message)) = (&written.chat, &written.message) else {
+        return Ok(false);
+    };
+    let found = if written.opened {
+        match hook.directory.for_channel(&hook.channel_name) {
+            Some(bot) => {
+                set_chat_bot(conn, chat.id, bot.id, BotState::Bot, now).await?;
+                Some((bot.clone(), BotState::Bot))
+            }
+            None => None,
+        }
+    } else {
+        chat_bot_in_tx(conn, chat.id).await?.and_then(|cb| {
+            hook.directory
+                .by_id(cb.bot_id)
+                .map(|bot| (bot.clone(), cb.state))
+        })
+    };
+    let Some((bot, state)) = found else {
+        return Ok(false);
+    };
+    if !state.hears_customer() {
+        return Ok(false);
+    }
+    let text = text_for_bot(&message.body);
+    let button_id = last_bot_message(conn, chat.id)
+        .await?
+        .and_then(|body| serde_json::from_str::<bot::Message>(&body).ok())
+        .and_then(|m| m.button_for(&text).and_then(|b| b.id.clone()));
+    let online = agents_online(conn, chat.channel_id).await? > 0;
+    let client = &written.client;
+    let has_contacts = client.phone.is_some() || client.email.is_some();
+    let make = |id: Uuid| {
+        BotEvent::ClientMessage(ClientMessage {
+            id: Label(id.to_string()),
+            site_id: Some(Label(hook.site_id.to_string())),
+            client_id: Label(client.id.to_string()),
+            chat_id: Label(chat.id.to_string()),
+            agents_online: Some(online),
+            sender: Some(Sender {
+                id: plugin_api::webhook::NumericId(client.id),
+                name: client.name.clone(),
+                url: client.url.clone(),
+                has_contacts: Some(has_contacts),
+                email: client.email.clone(),
+                phone: client.phone.clone(),
+            }),
+            message: bot::Message::Text(TextMessage {
+                text,
+                button_id,
+                timestamp: Timestamp::from_unix(now / 1000),
+            }),
+            channel: Some(bot::Channel {
+                id: Label(hook.channel_public_id.clone()),
+                kind: CUSTOM_CHANNEL_TYPE.to_owned(),
+            }),
+        })
+    };
+    queue_bot_event(conn, &bot, chat, EventKind::BOT_CLIENT_MESSAGE, make, now).await?;
+    Ok(true)
+}
+
+/// What a bot reads of a customer's message: the text, or for media the
+/// file's URL (after the caption), never nothing.
+fn text_for_bot(body: &Value) -> String {
+    use plugin_api::channel::Message as M;
+    match serde_json::from_value::<M>(body.clone()) {
+        Ok(M::Text(t)) => t.text,
+        Ok(
+            M::Video(m) | M::Audio(m) | M::Voice(m) | M::Photo(m) | M::Sticker(m) | M::Document(m),
+        ) => match m.text.filter(|t| !t.trim().is_empty()) {
+            Some(caption) => format!("{caption}\n{}", m.file),
+            None => m.file,
+        },
+        Ok(M::Location(l)) => format!("{}, {}", l.latitude, l.longitude),
+        Ok(other) => other.preview(),
+        Err(_) => body.to_string(),
+    }
+}
+
+/// In the transaction of an agent accepting `chat`: a bot that had it hears
+/// `AGENT_JOINED` and is done. True when a request was queued.
+pub(super) async fn on_agent_joined(
+    conn: &mut Conn,
+    directory: &Directory,
+    chat: &Chat,
+    now: i64,
+) -> Result<bool, StoreError> {
+    settle(conn, directory, chat, BotState::Joined, now).await
+}
+
+/// In the transaction of closing `chat`: its bot hears `CHAT_CLOSED` (also
+/// after an agent joined) and is done.
+pub(super) async fn on_chat_closed(
+    conn: &mut Conn,
+    directory: &Directory,
+    chat: &Chat,
+    now: i64,
+) -> Result<bool, StoreError> {
+    settle(conn, directory, chat, BotState::Closed, now).await
+}
+
+async fn settle(
+    conn: &mut Conn,
+    directory: &Directory,
+    chat: &Chat,
+    to: BotState,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let Some(cb) = chat_bot_in_tx(conn, chat.id).await? else {
+        return Ok(false);
+    };
+    let already = match to {
+        BotState::Joined => cb.state.is_done(),
+        _ => cb.state == BotState::Closed,
+    };
+    if already {
+        return Ok(false);
+    }
+    set_chat_bot(conn, chat.id, cb.bot_id, to, now).await?;
+    let Some(bot) = directory.by_id(cb.bot_id) else {
+        return Ok(false);
+    };
+    let kind = match to {
+        BotState::Joined => EventKind::BOT_AGENT_JOINED,
+        _ => EventKind::BOT_CHAT_CLOSED,
+    };
+    queue_notice(conn, bot, chat, kind, now).await?;
+    Ok(true)
+}

@@ -1,0 +1,173 @@
+//! The bot exchange edge: what providers post to
+//! `/webhooks/<provider_id>/<token>` and `/providers/<provider_id>/<token>`
+//! (the latter with the optional `Authorization`), answered with the spec's
+//! statuses and `{"error":{"code","message"}}` bodies.
+
+use http::header::AUTHORIZATION;
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use plugin_api::bot::{BotEvent, ErrorCode};
+use serde_json::{Value, json};
+
+use crate::core::Inbound;
+use crate::core::conversations::CoreError;
+use crate::http::App;
+use crate::http::respond::{Resp, error, json, parse_json, read_body};
+use crate::ids::constant_time_eq;
+
+/// Events a provider sends; the others are the hub's own (405 if posted to it).
+const FROM_PROVIDERS: [&str; 3] = ["BOT_MESSAGE", "INVITE_AGENT", "CLIENT_INFO"];
+
+/// Which of the two URLs the provider used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// `/webhooks/…`: the token in the path is the credential.
+    Webhooks,
+    /// `/providers/…`: a bot with `auth` also requires its bearer token back.
+    Providers,
+}
+
+/// Handles a provider's request; `rest` is the path after `webhooks` or `providers`.
+pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]) -> Resp {
+    let [provider_id, token] = rest else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            "malformed endpoint: expected /<provider_id>/<token>",
+        );
+    };
+    let directory = app.conversations.bots();
+    let Some(bot) = directory.by_provider_id(provider_id).cloned() else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            "no bot provider at this address",
+        );
+    };
+    // Plugin bots take no requests: their URLs do not exist.
+    let Some(expected) = bot.token() else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            "no bot provider at this address",
+        );
+    };
+    if !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidClient,
+            "the token does not match the bot",
+        );
+    }
+    if req.method() != Method::POST {
+        return refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::InvalidRequest,
+            "only POST is supported",
+        );
+    }
+    if door == Door::Providers {
+        let header = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if !app.conversations.provider_authorized(&bot, header).await {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::UnauthorizedClient,
+                "the Authorization header does not carry the bot's access token",
+            );
+        }
+    }
+    let bytes = match read_body(req, &app.config.server).await {
+        Ok(b) => b,
+        Err(e) => return refuse(e.status(), ErrorCode::InvalidRequest, e.reason()),
+    };
+    let payload: Value = match parse_json(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                format!("invalid JSON: {e}"),
+            );
+        }
+    };
+    match payload.get("event").and_then(Value::as_str) {
+        None => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                "`event` (a string) is required",
+            );
+        }
+        Some(name) if !FROM_PROVIDERS.contains(&name) => {
+            return refuse(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::InvalidRequest,
+                format!("event `{name}` is not supported here"),
+            );
+        }
+        Some(_) => {}
+    }
+    let event: BotEvent = match serde_json::from_value(payload.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                e.to_string(),
+            );
+        }
+    };
+    let done = app
+        .conversations
+        .handle(Inbound::Bot {
+            bot: &bot,
+            event,
+            payload,
+        })
+        .await;
+    match done {
+        Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
+        Err(e) => core_refusal(e),
+    }
+}
+
+/// A refusal in the bot exchange's error body.
+fn refuse(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Resp {
+    let code = match code {
+        ErrorCode::InvalidClient => "invalid_client",
+        ErrorCode::UnauthorizedClient => "unauthorized_client",
+        ErrorCode::InvalidRequest => "invalid_request",
+    };
+    error(status, code, message)
+}
+
+/// What the core's refusal means to a provider: its own mistakes are 400
+/// `invalid_request`; the hub's faults a 503 to retry, without the detail.
+fn core_refusal(e: CoreError) -> Resp {
+    match e {
+        CoreError::NotFound => refuse(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            "chat_id names no chat of this bot",
+        ),
+        CoreError::Invalid(m) | CoreError::Conflict(m) => {
+            refuse(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, m)
+        }
+        CoreError::Unavailable(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "temporarily_unavailable",
+            "temporarily unavailable, retry",
+        ),
+        CoreError::Store(e) => {
+            tracing::error!(error = %e, "a bot event failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "temporarily unavailable, retry",
+            )
+        }
+    }
+}
