@@ -227,9 +227,11 @@ pub async fn chat_integration_text(
 /// One message of a chat log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
-    /// `client` or `agent`.
+    /// `client`, `agent`, `auto` or `bot`.
     pub author: String,
     pub agent_id: Option<i64>,
+    /// A bot's name (bot messages).
+    pub author_name: Option<String>,
     /// The channel `Message` as JSON text.
     pub body: String,
     /// Unix milliseconds.
@@ -239,7 +241,8 @@ pub struct LogEntry {
 /// The chat's messages in the order they were stored.
 pub async fn chat_log(conn: &mut AnyConnection, chat_id: i64) -> Result<Vec<LogEntry>, StoreError> {
     let rows = sqlx::query(
-        "SELECT author, agent_id, body, created_at FROM messages WHERE chat_id = $1 ORDER BY id",
+        "SELECT author, agent_id, author_name, body, created_at FROM messages \
+         WHERE chat_id = $1 ORDER BY id",
     )
     .bind(chat_id)
     .fetch_all(conn)
@@ -250,6 +253,7 @@ pub async fn chat_log(conn: &mut AnyConnection, chat_id: i64) -> Result<Vec<LogE
             Ok(LogEntry {
                 author: row.try_get("author").ctx("reading a message")?,
                 agent_id: row.try_get("agent_id").ctx("reading a message")?,
+                author_name: row.try_get("author_name").ctx("reading a message")?,
                 body: row.try_get("body").ctx("reading a message")?,
                 created_at: row.try_get("created_at").ctx("reading a message")?,
             })

@@ -240,12 +240,20 @@ pub async fn chat_finished(
         let rows::LogEntry {
             author,
             agent_id,
+            author_name,
             body,
             created_at: at,
         } = entry;
-        let text = serde_json::from_str::<plugin_api::channel::Message>(&body)
-            .map(|m| m.preview())
-            .unwrap_or_default();
+        // A bot's message is stored as the bot sent it (TEXT, MARKDOWN, BUTTONS).
+        let text = if author == "bot" {
+            serde_json::from_str::<plugin_api::bot::Message>(&body)
+                .map(|m| m.display_text())
+                .unwrap_or_default()
+        } else {
+            serde_json::from_str::<plugin_api::channel::Message>(&body)
+                .map(|m| m.preview())
+                .unwrap_or_default()
+        };
         let kind = if author == "client" {
             ChatMessageKind::Visitor
         } else {
@@ -256,9 +264,12 @@ pub async fn chat_finished(
         {
             agent_ids.push(id);
         }
-        let who = match kind {
-            ChatMessageKind::Visitor => k.visitor.name.clone().unwrap_or_else(|| "Visitor".into()),
-            ChatMessageKind::Agent => "Agent".to_owned(),
+        let who = match (kind, author_name) {
+            (ChatMessageKind::Visitor, _) => {
+                k.visitor.name.clone().unwrap_or_else(|| "Visitor".into())
+            }
+            (ChatMessageKind::Agent, Some(name)) => name,
+            (ChatMessageKind::Agent, None) => "Agent".to_owned(),
         };
         plain.push_str(&format!("{who}: {text}\n"));
         html.push_str(&format!(
