@@ -248,3 +248,78 @@ async fn webhook_enrichment_shows_custom_data_to_the_agent() {
     assert_eq!(integration["enable_assign"], true);
     ex.hub.shutdown().await;
 }
+
+/// examples/faq-bot: the plugin bot greets with its menu, answers a keyword,
+/// and hands the chat to Ann when asked for a person; Ann's reply reaches
+/// the integrator.
+#[tokio::test]
+async fn faq_bot_answers_and_hands_the_chat_to_an_agent() {
+    plugin_wasm("faq_bot"); // built by scripts/build-plugins.sh, as the README says
+    let mut config = load("faq-bot", &Env::empty());
+    let integrator = Integrator::start().await;
+    let endpoint = &mut config.channels[0].customer_endpoint;
+    *endpoint = same_path_on(endpoint, &integrator);
+    let ex = Example::start(config).await;
+
+    ex.hub.say(&ex.website, json!(42), "Hello").await;
+    let greeting = integrator.wait_for(1, WAIT).await[0].json();
+    assert_eq!(greeting["sender"]["name"], "Help", "{greeting}");
+    assert_eq!(greeting["recipient"]["id"], 42);
+    assert_eq!(
+        greeting["message"]["text"],
+        "Hi! I am the shop's assistant.\n- Prices\n- Opening hours\n- Shipping"
+    );
+
+    ex.hub
+        .say(&ex.website, json!(42), "What are your opening hours?")
+        .await;
+    let answer = integrator.wait_for(2, WAIT).await[1].json();
+    assert_eq!(
+        answer["message"]["text"],
+        "We are open 9:00 to 17:00, Monday to Friday."
+    );
+
+    ex.hub
+        .say(&ex.website, json!(42), "Can I talk to a person?")
+        .await;
+    let chat = ex.only_chat().await;
+    let waiting = eventually(WAIT, "the chat handed to agents", || async {
+        let chats = ex.ann.chats().await;
+        let c = chats.into_iter().find(|c| c["id"] == chat)?;
+        (c["bot"]["state"] == "unavailable").then_some(c)
+    })
+    .await;
+    assert_eq!(waiting["bot"]["name"], "Help");
+    assert_eq!(waiting["state"], "open", "waiting for an agent");
+    let view = ex.ann.chat(chat).await;
+    let authors: Vec<&str> = view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["author"].as_str())
+        .collect();
+    assert_eq!(
+        authors,
+        ["client", "bot", "client", "bot", "client"],
+        "{view}"
+    );
+
+    let (status, v) = ex
+        .ann
+        .post(&format!("/agent/v1/chats/{chat}/accept"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    ex.ann.reply(chat, "Hi Bob, Ann here.").await;
+    let reply = integrator.wait_for(3, WAIT).await[2].json();
+    assert_eq!(reply["sender"]["name"], "Ann");
+    assert_eq!(reply["message"]["text"], "Hi Bob, Ann here.");
+    // The bot is done with the chat: the customer's next message stays with Ann.
+    ex.hub.say(&ex.website, json!(42), "thanks").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        integrator.requests().len(),
+        3,
+        "no bot answer after Ann joined"
+    );
+    ex.hub.shutdown().await;
+}
