@@ -7,6 +7,7 @@ mod support;
 
 mod agent_api;
 mod authoring;
+mod bots;
 mod channel_ingress;
 mod crm;
 mod delivery;

@@ -110,6 +110,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
         }
         Some(_) => {}
     }
+    let payload = with_timestamp(payload);
     let event: BotEvent = match serde_json::from_value(payload.clone()) {
         Ok(e) => e,
         Err(e) => {
@@ -132,6 +133,18 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
         Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
         Err(e) => core_refusal(e),
     }
+}
+
+/// A `message` without `timestamp` gets the time it arrived: the spec gives
+/// every message one, but sloppy providers leave it out, and refusing the
+/// bot's answer over it would leave the customer without one.
+fn with_timestamp(mut payload: Value) -> Value {
+    if let Some(message) = payload.get_mut("message").and_then(Value::as_object_mut) {
+        message
+            .entry("timestamp")
+            .or_insert_with(|| Value::from(crate::clock::now_ms() / 1000));
+    }
+    payload
 }
 
 /// A refusal in the bot exchange's error body.

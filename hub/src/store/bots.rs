@@ -270,7 +270,7 @@ impl Store {
         Ok(bots)
     }
 
-    /// Deletes a bot; its chats go on without it. False when there was none.
+    /// Deletes a bot; the chats it held wait for agents. False when there was none.
     pub async fn delete_bot(&self, id: i64) -> Result<bool, StoreError> {
         let mut w = self.begin_write().await?;
         let done = sqlx::query("DELETE FROM bots WHERE id = $1")
@@ -285,6 +285,17 @@ impl Store {
             .execute(&mut *w.tx)
             .await
             .ctx("deleting a bot")?;
+        // Chats the bot still held go to agents, as after INVITE_AGENT: no
+        // bot will answer them again.
+        sqlx::query(
+            "UPDATE chat_bots SET state = 'invited', updated_at = $1 \
+             WHERE bot_id = $2 AND state IN ('bot', 'unavailable')",
+        )
+        .bind(now_ms())
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await
+        .ctx("deleting a bot")?;
         w.commit().await?;
         Ok(done > 0)
     }
