@@ -4,22 +4,18 @@
 //! authorization, and the `faq-bot` plugin as a channel's bot.
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::support::{
     ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub,
-    eventually, plugin_toml,
+    eventually, plugin_toml, serve,
 };
 
 /// Generous: CI machines are slow and have two cores.
@@ -1361,19 +1357,9 @@ impl EagerProvider {
             log: Arc::new(Mutex::new(Vec::new())),
         };
         let this = provider.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let this = this.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let this = this.clone();
-                        async move { Ok::<_, Infallible>(this.answer(req).await) }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        serve(listener, move |req| {
+            let this = this.clone();
+            async move { this.answer(req).await }
         });
         provider
     }

@@ -482,19 +482,9 @@ impl Integrator {
             arrived: Arc::new(Notify::new()),
         };
         let this = integrator.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let this = this.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let this = this.clone();
-                        async move { Ok::<_, Infallible>(this.answer(req).await) }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        serve(listener, move |req| {
+            let this = this.clone();
+            async move { this.answer(req).await }
         });
         integrator
     }
@@ -563,6 +553,29 @@ impl Integrator {
             let _ = tokio::time::timeout(left, notified).await;
         }
     }
+}
+
+/// Serves HTTP/1.1 on `listener` for the rest of the test, each connection
+/// in a task of its own, every request answered by `answer`.
+pub fn serve<F, Fut>(listener: TcpListener, answer: F)
+where
+    F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let answer = answer.clone();
+                    async move { Ok::<_, Infallible>(answer(req).await) }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
 }
 
 /// A reader of the agent's Server-Sent Events stream.

@@ -4,6 +4,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use super::batch::Query;
 use super::{Ctx, Store, StoreError, flag};
 use crate::clock::now_ms;
 
@@ -174,9 +175,10 @@ fn from_row(row: &AnyRow) -> Result<Bot, StoreError> {
     })
 }
 
-/// The target's columns: endpoint, token, plugin, auth token URL, client id, secret.
-fn target_columns(target: &BotTarget) -> [Option<&str>; 6] {
-    match target {
+/// Binds the target's columns: endpoint, token, plugin, auth token URL,
+/// client id, secret.
+fn bind_target<'q>(query: Query<'q>, target: &'q BotTarget) -> Query<'q> {
+    let columns: [Option<&str>; 6] = match target {
         BotTarget::Provider {
             endpoint,
             token,
@@ -190,7 +192,8 @@ fn target_columns(target: &BotTarget) -> [Option<&str>; 6] {
             auth.as_ref().map(|a| a.secret.as_str()),
         ],
         BotTarget::Plugin(name) => [None, None, Some(name), None, None, None],
-    }
+    };
+    columns.into_iter().fold(query, |q, c| q.bind(c))
 }
 
 impl Store {
@@ -198,26 +201,19 @@ impl Store {
     /// `None` when the name or provider id is taken.
     pub async fn insert_bot(&self, new: NewBot<'_>) -> Result<Option<Bot>, StoreError> {
         let mut w = self.begin_write().await?;
-        let [endpoint, token, plugin, token_url, client_id, secret] = target_columns(new.target);
-        let row = sqlx::query(&format!(
+        let sql = format!(
             "INSERT INTO bots (name, provider_id, endpoint, token, plugin, auth_token_url, \
              auth_client_id, auth_secret, declared, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
-        ))
-        .bind(new.name)
-        .bind(new.provider_id)
-        .bind(endpoint)
-        .bind(token)
-        .bind(plugin)
-        .bind(token_url)
-        .bind(client_id)
-        .bind(secret)
-        .bind(i64::from(new.declared))
-        .bind(now_ms())
-        .fetch_optional(&mut *w.tx)
-        .await
-        .ctx("inserting a bot")?;
+        );
+        let row = sqlx::query(&sql).bind(new.name).bind(new.provider_id);
+        let row = bind_target(row, new.target)
+            .bind(i64::from(new.declared))
+            .bind(now_ms())
+            .fetch_optional(&mut *w.tx)
+            .await
+            .ctx("inserting a bot")?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -231,21 +227,15 @@ impl Store {
     /// Brings a declared bot in line with `hub.toml` (its provider id stays).
     pub async fn update_declared_bot(&self, id: i64, new: NewBot<'_>) -> Result<(), StoreError> {
         let mut w = self.begin_write().await?;
-        let [endpoint, token, plugin, token_url, client_id, secret] = target_columns(new.target);
-        sqlx::query(
+        let update = sqlx::query(
             "UPDATE bots SET endpoint = $1, token = $2, plugin = $3, auth_token_url = $4, \
              auth_client_id = $5, auth_secret = $6, declared = 1 WHERE id = $7",
-        )
-        .bind(endpoint)
-        .bind(token)
-        .bind(plugin)
-        .bind(token_url)
-        .bind(client_id)
-        .bind(secret)
-        .bind(id)
-        .execute(&mut *w.tx)
-        .await
-        .ctx("updating a bot")?;
+        );
+        bind_target(update, new.target)
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("updating a bot")?;
         set_bot_channels(&mut w.tx, id, new.channels).await?;
         w.commit().await
     }
