@@ -124,9 +124,7 @@ async fn bench() {
             name: "bench".into(),
             customer_endpoint: "http://127.0.0.1:9/hub".into(),
             chunked: false,
-            agents: vec![],
-            webhook_url: None,
-            webhook_secret: None,
+            ..ChannelSpec::default()
         },
         false,
     )

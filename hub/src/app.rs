@@ -193,6 +193,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     }
     provisioning::sync_declared(&store, &config.channels).await?;
     let path_secret = provisioning::path_secret(&store).await?;
+    let visitor_keys = crate::core::widget::VisitorKeys::load(&store).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: config.server.listen,
         source,
@@ -254,6 +255,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         kick,
         base: base.clone(),
         path_secret,
+        visitor_keys,
         shutdown: shutdown.clone(),
     });
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));

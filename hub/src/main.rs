@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use hub::config::Config;
 use hub::core::provisioning::{self, BotSpec, ChannelSpec};
+use hub::store::ChannelKind;
 use hub::store::bots::BotTarget;
 use hub::store::{OutboxState, Store};
 use hub::{scaffold, tryout};
@@ -144,9 +145,22 @@ enum ChannelCommand {
     Create {
         #[arg(long)]
         name: String,
-        /// The integrator's endpoint agent messages are posted to.
-        #[arg(long)]
+        /// `custom` (an integrator's server) or `widget` (the hub's script in
+        /// visitors' browsers).
+        #[arg(long = "type", default_value = "custom")]
+        kind: String,
+        /// The integrator's endpoint agent messages are posted to (custom channels).
+        #[arg(long, default_value = "")]
         endpoint: String,
+        /// A widget's id as pages embed it (random when not given).
+        #[arg(long = "widget-id")]
+        widget_id: Option<String>,
+        /// A widget's colour, `#rrggbb`.
+        #[arg(long)]
+        color: Option<String>,
+        /// An origin allowed to use the widget (repeatable; none: any).
+        #[arg(long = "allowed-origin")]
+        allowed_origins: Vec<String>,
         /// Send agent messages with Transfer-Encoding: chunked.
         #[arg(long)]
         chunked: bool,
@@ -591,6 +605,10 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
     match cmd {
         ChannelCommand::Create {
             name,
+            kind,
+            widget_id,
+            color,
+            allowed_origins,
             endpoint,
             chunked,
             agents,
@@ -604,16 +622,30 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
                 agents,
                 webhook_url,
                 webhook_secret: None,
+                kind: match kind.as_str() {
+                    "custom" => ChannelKind::Custom,
+                    "widget" => ChannelKind::Widget,
+                    other => anyhow::bail!("--type: `{other}` is neither custom nor widget"),
+                },
+                widget_id,
+                color,
+                allowed_origins,
             };
             let ch = provisioning::create_channel(&store, &spec, false).await?;
             let view = provisioning::view(ch, &base, &secret);
             if json {
                 out(&serde_json::to_string_pretty(&view)?)?;
             } else {
-                out(&format!(
-                    "created channel {} (public id {})\nendpoint: {}\nstatus:   {}",
-                    view.name, view.public_id, view.endpoint_url, view.status_url
-                ))?;
+                match &view.widget {
+                    Some(w) => out(&format!(
+                        "created widget {} (widget id {})\nembed: {}\ndemo:  {}",
+                        view.name, w.widget_id, w.embed, w.demo_url
+                    ))?,
+                    None => out(&format!(
+                        "created channel {} (public id {})\nendpoint: {}\nstatus:   {}",
+                        view.name, view.public_id, view.endpoint_url, view.status_url
+                    ))?,
+                }
             }
         }
         ChannelCommand::List { json } => {

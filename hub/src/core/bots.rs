@@ -102,6 +102,7 @@ pub(super) struct BotHook {
     pub(super) directory: Arc<Directory>,
     pub(super) channel_name: String,
     pub(super) channel_public_id: String,
+    pub(super) channel_kind: crate::store::ChannelKind,
     pub(super) site_id: i64,
 }
 
@@ -114,9 +115,6 @@ pub enum BotOutcome {
     /// A plugin on its route dropped it.
     Dropped,
 }
-
-/// The channel type bots are told of (`channel.type`).
-const CUSTOM_CHANNEL_TYPE: &str = "custom";
 
 impl Conversations {
     pub fn bots(&self) -> Arc<Directory> {
@@ -261,8 +259,14 @@ impl Conversations {
                 }
                 let body = serde_json::to_value(&m.message)
                     .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
-                let customer_text = m.message.customer_text();
-                let delivery = customer_text.as_ref().map(|_| DeliveryState::Pending);
+                // A widget shows every type itself (buttons as buttons) and
+                // its visitor's page gets the message live: nothing to send.
+                let customer_text = m.message.customer_text().filter(|_| !channel.is_widget());
+                let delivery = if channel.is_widget() {
+                    Some(DeliveryState::Delivered)
+                } else {
+                    customer_text.as_ref().map(|_| DeliveryState::Pending)
+                };
                 let uid = Uuid::now_v7().to_string();
                 let message_id = insert_bot_message(
                     &mut w.tx,
@@ -678,7 +682,7 @@ pub(super) async fn on_customer_message(
             }),
             channel: Some(bot::Channel {
                 id: Label(hook.channel_public_id.clone()),
-                kind: CUSTOM_CHANNEL_TYPE.to_owned(),
+                kind: hook.channel_kind.as_str().to_owned(),
             }),
         })
     };

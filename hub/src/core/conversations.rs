@@ -53,8 +53,14 @@ pub enum CoreError {
 /// What became of an inbound event.
 #[derive(Debug)]
 pub enum Ingested {
-    Stored { chat_id: Option<i64> },
-    Dropped { reason: String },
+    Stored {
+        chat_id: Option<i64>,
+        /// The message as stored (`None` for typing).
+        message: Option<MessageRow>,
+    },
+    Dropped {
+        reason: String,
+    },
 }
 
 pub struct Conversations {
@@ -183,6 +189,7 @@ impl Conversations {
             directory,
             channel_name: channel.name.clone(),
             channel_public_id: channel.public_id.clone(),
+            channel_kind: channel.kind,
             site_id: self.site_id,
         });
         let job = Job {
@@ -232,6 +239,7 @@ impl Conversations {
         }
         Ok(Ingested::Stored {
             chat_id: chat.map(|c| c.id),
+            message: stored,
         })
     }
 
@@ -492,8 +500,10 @@ impl Conversations {
                 )));
             }
         };
-        // A plugin that answers an outbound message stands in for the integrator.
-        let answered = matches!(routed.verdict, Verdict::Reply(_));
+        // A plugin that answers an outbound message stands in for the
+        // integrator; a widget has none: its visitor's page gets the message
+        // live from the hub, so there is nothing to send.
+        let answered = matches!(routed.verdict, Verdict::Reply(_)) || channel.is_widget();
         let wire: AgentMessage = if routed.changed {
             serde_json::from_value(routed.event.payload.clone()).map_err(|e| {
                 CoreError::Invalid(format!("a plugin produced an invalid message: {e}"))
@@ -582,6 +592,14 @@ impl Conversations {
         }
         if let Some(m) = &stored {
             self.publish(&chat, "chat.message", json!({ "message": m }));
+        } else if let Some(agent) = agent {
+            // A widget visitor sees the agent typing; agents see each other.
+            let typing = wire.message == Message::Typein;
+            self.publish(
+                &chat,
+                "chat.typing",
+                json!({ "typing": typing, "by": "agent", "name": agent.name }),
+            );
         }
         Ok(stored)
     }

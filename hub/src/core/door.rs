@@ -16,9 +16,10 @@ use crate::core::bots::BotOutcome;
 use crate::core::conversations::{Conversations, CoreError, Ingested};
 use crate::core::integration::CallReport;
 use crate::core::offline::OfflineOutcome;
+use crate::core::widget::WidgetAction;
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, Verdict};
-use crate::store::{Agent, Bot, Channel, Chat, MessageRow};
+use crate::store::{Agent, Bot, Channel, Chat, Client, MessageRow};
 
 /// An inbound action, as an edge parsed it.
 #[derive(Debug)]
@@ -62,6 +63,12 @@ pub enum Inbound<'a> {
         agent: &'a Agent,
         report: CallReport,
     },
+    /// A widget visitor's `widget_api` call.
+    Widget {
+        channel: &'a Channel,
+        visitor: &'a Client,
+        action: WidgetAction,
+    },
     /// A bot provider's event (`BOT_MESSAGE`, `INVITE_AGENT`, `CLIENT_INFO`),
     /// with its payload as posted.
     Bot {
@@ -83,6 +90,7 @@ pub enum Handled {
     Attributes(Map<String, Value>),
     Call(Value),
     Bot(BotOutcome),
+    Widget,
 }
 
 /// What the pipeline left of an event.
@@ -160,6 +168,14 @@ impl Conversations {
                     .await
                     .map(Handled::Attributes)
             }
+            Inbound::Widget {
+                channel,
+                visitor,
+                action,
+            } => self
+                .widget_action(channel, visitor, action)
+                .await
+                .map(|()| Handled::Widget),
             Inbound::Bot {
                 bot,
                 event,

@@ -52,7 +52,27 @@ impl Conversations {
         routed: &Routed,
     ) -> Result<Map<String, Value>, CoreError> {
         let mut w = self.store.begin_write().await?;
-        let stored = client_attributes(&mut w.tx, chat.client_id).await?;
+        let now = now_ms();
+        let attributes = self
+            .merge_attributes(&mut w.tx, chat.client_id, changes, now)
+            .await?;
+        record_in(&mut w.tx, routed, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+        Ok(attributes)
+    }
+
+    /// Merges `changes` into the client's attributes (`null` removes one) and
+    /// queues `client_attribute_updated`, in the caller's transaction (an
+    /// agent's call, the widget's `setClientAttributes`).
+    pub(super) async fn merge_attributes(
+        &self,
+        conn: &mut Conn,
+        client_id: i64,
+        changes: Map<String, Value>,
+        now: i64,
+    ) -> Result<Map<String, Value>, CoreError> {
+        let stored = client_attributes(conn, client_id).await?;
         let mut attributes: Map<String, Value> = stored
             .and_then(|a| serde_json::from_str(&a).ok())
             .unwrap_or_default();
@@ -73,13 +93,9 @@ impl Conversations {
                 "a client has at most {MAX_ATTRIBUTES} attributes"
             )));
         }
-        let now = now_ms();
         let text = Value::Object(attributes.clone()).to_string();
-        set_client_attributes(&mut w.tx, chat.client_id, &text, now).await?;
-        webhooks::queue_client_attribute_updated(&mut w.tx, chat.client_id, now).await?;
-        record_in(&mut w.tx, routed, now).await?;
-        w.commit().await?;
-        self.kick.kick();
+        set_client_attributes(conn, client_id, &text, now).await?;
+        webhooks::queue_client_attribute_updated(conn, client_id, now).await?;
         Ok(attributes)
     }
 

@@ -17,5 +17,6 @@ mod outgoing;
 pub mod provisioning;
 pub mod reminders;
 pub mod webhooks;
+pub mod widget;
 
 pub use door::{Handled, Inbound};

@@ -6,7 +6,9 @@ use serde::Serialize;
 use crate::config::{BotConfig, ChannelConfig, is_http_url, is_provider_id, is_token};
 use crate::ids::{agent_token, random_token, token_hash};
 use crate::store::bots::{BotAuth, BotTarget};
-use crate::store::{Agent, Bot, Channel, NewAgent, NewBot, NewChannel, Store, StoreError};
+use crate::store::{
+    Agent, Bot, Channel, ChannelKind, NewAgent, NewBot, NewChannel, Store, StoreError,
+};
 
 /// Settings key of the installation's random path segment.
 const PATH_SECRET_KEY: &str = "channel_path_secret";
@@ -22,15 +24,22 @@ pub enum ProvisionError {
 }
 
 /// What a channel is created from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ChannelSpec {
     pub name: String,
+    /// The integrator's endpoint (custom channels; empty for a widget).
     pub customer_endpoint: String,
     pub chunked: bool,
     pub agents: Vec<String>,
     /// Receiver of the channel's event webhooks, and its signing secret.
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
+    pub kind: ChannelKind,
+    /// A widget's id (its `public_id`), kept by an operator moving from
+    /// another service; random when not given.
+    pub widget_id: Option<String>,
+    pub color: Option<String>,
+    pub allowed_origins: Vec<String>,
 }
 
 impl From<&ChannelConfig> for ChannelSpec {
@@ -42,16 +51,43 @@ impl From<&ChannelConfig> for ChannelSpec {
             agents: c.agents.clone(),
             webhook_url: c.webhook_url.clone(),
             webhook_secret: c.webhook_secret.clone(),
+            kind: c.kind,
+            widget_id: c.widget_id.clone(),
+            color: c.color.clone(),
+            allowed_origins: c.allowed_origins.clone(),
         }
     }
 }
 
 impl ChannelSpec {
+    fn new_channel<'a>(&'a self, public_id: &'a str, declared: bool) -> NewChannel<'a> {
+        NewChannel {
+            public_id,
+            name: &self.name,
+            customer_endpoint: &self.customer_endpoint,
+            chunked: self.chunked,
+            declared,
+            agents: &self.agents,
+            kind: self.kind,
+            color: self.color.as_deref(),
+            allowed_origins: &self.allowed_origins,
+        }
+    }
+
     fn validate(&self) -> Result<(), ProvisionError> {
         if self.name.trim().is_empty() {
             return Err(ProvisionError::Invalid("name must not be empty".into()));
         }
-        if !is_http_url(&self.customer_endpoint) {
+        let widget = self.kind == ChannelKind::Widget;
+        if let Err(problem) = crate::config::check_widget_settings(
+            widget,
+            self.widget_id.as_deref(),
+            self.color.as_deref(),
+            &self.allowed_origins,
+        ) {
+            return Err(ProvisionError::Invalid(problem.join("; ")));
+        }
+        if !crate::config::customer_endpoint_ok(widget, &self.customer_endpoint) {
             return Err(ProvisionError::Invalid(format!(
                 "customer_endpoint `{}` is not an http(s) URL",
                 self.customer_endpoint
@@ -97,7 +133,27 @@ pub struct ChannelView {
     pub created_at: i64,
     pub webhook_url: Option<String>,
     pub webhook_signed: bool,
+    #[serde(rename = "type")]
+    pub kind: ChannelKind,
+    /// Widget channels: the id pages embed, the script and demo URLs, the
+    /// colour and the origins allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub widget: Option<WidgetView>,
 }
+
+#[derive(Debug, Serialize)]
+pub struct WidgetView {
+    pub widget_id: String,
+    pub script_url: String,
+    /// What a site pastes into its pages.
+    pub embed: String,
+    pub demo_url: String,
+    pub color: String,
+    pub allowed_origins: Vec<String>,
+}
+
+/// A widget's colour when none is set.
+pub const DEFAULT_WIDGET_COLOR: &str = "#1e88e5";
 
 /// The installation's random path segment, created on first use.
 pub async fn path_secret(store: &Store) -> Result<String, StoreError> {
@@ -106,6 +162,23 @@ pub async fn path_secret(store: &Store) -> Result<String, StoreError> {
 
 pub fn view(channel: Channel, base: &str, secret: &str) -> ChannelView {
     let endpoint_url = format!("{base}/{secret}/{}", channel.public_id);
+    let widget = channel.is_widget().then(|| {
+        let script_url = format!("{base}/widget/{}", channel.public_id);
+        let host_relative = script_url
+            .split_once("://")
+            .map_or(script_url.as_str(), |(_, rest)| rest);
+        WidgetView {
+            widget_id: channel.public_id.clone(),
+            embed: format!("<script src=\"//{host_relative}\" async></script>"),
+            demo_url: format!("{base}/demo/{}", channel.public_id),
+            script_url,
+            color: channel
+                .color
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WIDGET_COLOR.to_owned()),
+            allowed_origins: channel.allowed_origins.clone(),
+        }
+    });
     ChannelView {
         status_url: format!("{endpoint_url}/status"),
         endpoint_url,
@@ -119,6 +192,8 @@ pub fn view(channel: Channel, base: &str, secret: &str) -> ChannelView {
         created_at: channel.created_at,
         webhook_url: channel.webhook_url,
         webhook_signed: channel.webhook_signed,
+        kind: channel.kind,
+        widget,
     }
 }
 
@@ -134,16 +209,14 @@ pub async fn create_channel(
             spec.name
         )));
     }
-    let public_id = random_token();
+    let public_id = spec.widget_id.clone().unwrap_or_else(random_token);
+    if store.channel_by_public_id(&public_id).await?.is_some() {
+        return Err(ProvisionError::Duplicate(format!(
+            "widget id `{public_id}` is taken"
+        )));
+    }
     let mut channel = store
-        .insert_channel(NewChannel {
-            public_id: &public_id,
-            name: &spec.name,
-            customer_endpoint: &spec.customer_endpoint,
-            chunked: spec.chunked,
-            declared,
-            agents: &spec.agents,
-        })
+        .insert_channel(spec.new_channel(&public_id, declared))
         .await?;
     if spec.webhook_url.is_some() || spec.webhook_secret.is_some() {
         store
@@ -173,9 +246,7 @@ pub async fn sync_declared(
                 store
                     .update_declared_channel(
                         existing.id,
-                        &c.customer_endpoint,
-                        c.chunked,
-                        &c.agents,
+                        &spec.new_channel(&existing.public_id, true),
                     )
                     .await?;
                 store

@@ -10,6 +10,7 @@ use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
 use crate::ids::constant_time_eq;
+use crate::store::ChannelKind;
 use crate::store::OutboxState;
 use crate::store::bots::{BotAuth, BotTarget};
 
@@ -102,7 +103,16 @@ async fn list_channels(app: &App) -> Resp {
 #[serde(deny_unknown_fields)]
 struct NewChannelBody {
     name: String,
+    #[serde(default)]
     customer_endpoint: String,
+    #[serde(default, rename = "type")]
+    kind: ChannelKind,
+    #[serde(default)]
+    widget_id: Option<String>,
+    #[serde(default)]
+    color: Option<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     #[serde(default)]
     chunked: bool,
     #[serde(default)]
@@ -125,6 +135,10 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         agents: b.agents,
         webhook_url: b.webhook_url,
         webhook_secret: b.webhook_secret,
+        kind: b.kind,
+        widget_id: b.widget_id,
+        color: b.color,
+        allowed_origins: b.allowed_origins,
     };
     match provisioning::create_channel(&app.store, &spec, false).await {
         Ok(ch) => json(

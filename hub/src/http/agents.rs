@@ -2,19 +2,14 @@
 
 pub mod crm;
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming};
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
 use plugin_api::channel::agent_message_body_from_value;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::core::conversations::{CoreError, client_view};
@@ -217,19 +212,41 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
     let messages = app.store.messages_of_chat(chat.id).await;
     let integration = app.store.chat_integration(chat.id).await;
     let bot = app.store.chat_bot(chat.id).await;
-    match (client, messages, integration, bot) {
-        (Ok(Some(client)), Ok(messages), Ok(integration), Ok(bot)) => json(
+    let extras = app.store.visitor_extras(chat.client_id).await;
+    match (client, messages, integration, bot, extras) {
+        (Ok(Some(client)), Ok(messages), Ok(integration), Ok(bot), Ok(extras)) => json(
             StatusCode::OK,
             &json!({ "chat": chat, "client": client_view(&client), "messages": messages,
                      "integration": integration,
-                     "bot": bot.map(|b| json!({ "id": b.bot_id, "name": b.name, "state": b.state })) }),
+                     "bot": bot.map(|b| json!({ "id": b.bot_id, "name": b.name, "state": b.state })),
+                     "visitor": visitor_view(&client, extras) }),
         ),
         (Ok(None), ..) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
-        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
+        (Err(e), ..)
+        | (_, Err(e), ..)
+        | (_, _, Err(e), ..)
+        | (_, _, _, Err(e), _)
+        | (.., Err(e)) => {
             tracing::error!(error = %e, "cannot read a chat");
             unavailable()
         }
     }
+}
+
+/// What the visitor's page told the hub (widget channels): custom data as
+/// the page set it (untrusted: shown as text), the page, where they came
+/// from, `user_token`, visits.
+fn visitor_view(client: &crate::store::Client, x: crate::store::widget::VisitorExtras) -> Value {
+    let parse = |t: Option<String>| t.and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    json!({
+        "custom_data": parse(x.custom_data),
+        "page": { "url": client.url, "title": x.page_title },
+        "referrer": x.referrer,
+        "utm_json": parse(x.utm_json),
+        "user_agent": x.user_agent,
+        "visits_count": x.visits_count,
+        "description": x.description,
+    })
 }
 
 async fn send_message(app: &App, req: Request<Incoming>, agent: &Agent, chat_id: i64) -> Resp {
@@ -302,26 +319,7 @@ async fn stream(app: &App, agent: &Agent) -> Resp {
             }
         }
     });
-    let mut resp = Response::new(SseBody(rx).boxed());
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
-}
-
-struct SseBody(mpsc::Receiver<Bytes>);
-
-impl hyper::body::Body for SseBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
-    }
+    crate::http::respond::event_stream(rx)
 }
 
 #[derive(serde::Deserialize)]
@@ -411,6 +409,8 @@ fn handled_json(done: Handled) -> serde_json::Value {
         Handled::Attributes(attributes) => json!({ "attributes": attributes }),
         Handled::Call(call) => call,
         Handled::AgentMessage(stored) => json!({ "message": stored }),
-        Handled::Customer(_) | Handled::Offline(_) | Handled::Bot(_) => json!({ "result": "ok" }),
+        Handled::Customer(_) | Handled::Offline(_) | Handled::Bot(_) | Handled::Widget => {
+            json!({ "result": "ok" })
+        }
     }
 }

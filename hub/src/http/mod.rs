@@ -271,6 +271,10 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
         ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
         ["agent", "v1", rest @ ..] => crate::http::agents::handle(app, req, rest).await,
         ["widget", "v1", rest @ ..] => crate::http::widget::handle(app, req, rest).await,
+        ["widget", widget_id] | ["script", "widget", widget_id] => {
+            crate::http::widget::script(app, &req, widget_id).await
+        }
+        ["demo", widget_id] => crate::http::widget::demo(app, &req, widget_id).await,
         ["webhooks", rest @ ..] => {
             crate::http::bots::handle(app, req, crate::http::bots::Door::Webhooks, rest).await
         }

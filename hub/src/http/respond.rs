@@ -144,3 +144,31 @@ pub fn method_not_allowed() -> Resp {
 pub fn not_found() -> Resp {
     text(StatusCode::NOT_FOUND, "not found")
 }
+
+/// A `text/event-stream` answer whose frames come from `rx` until it closes.
+pub fn event_stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Resp {
+    let mut resp = Response::new(SseBody(rx).boxed());
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    resp
+}
+
+struct SseBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}

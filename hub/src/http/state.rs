@@ -27,6 +27,8 @@ pub struct App {
     /// The installation's random path segment of channel endpoints.
     pub path_secret: String,
     pub admin_token: Option<String>,
+    /// Signs and checks widget visitors' tokens.
+    pub visitor_keys: crate::core::widget::VisitorKeys,
     /// Turns true when the hub stops; long-lived responses end on it.
     pub shutdown: watch::Receiver<bool>,
 }

@@ -1,55 +1,798 @@
-//! The widget's HTTP edge. Today: the offline form (`sendOfflineMessage`),
-//! answering `{result: ok}` or `{result: fail, error}` as the spec's method does.
+//! The widget's HTTP edge: the script pages embed (`/widget/<widget_id>`),
+//! the demo page, and the API the script calls (`/widget/v1/<widget_id>/…`):
+//! the visitor's session, messages, live stream and `widget_api` calls,
+//! with CORS by the channel's `allowed_origins`, visitor tokens the hub
+//! signed, and `{result: ok}` / `{result: fail, reason | error}` answers.
 
-use http::{Method, Request, StatusCode};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_MAX_AGE, CACHE_CONTROL, ETAG, IF_NONE_MATCH, ORIGIN, USER_AGENT, VARY,
+};
+use http::{HeaderValue, Method, Request, StatusCode};
 use hyper::body::Incoming;
-use serde_json::json;
+use plugin_api::widget::{ContactInfo, CustomDataField, OfflineMessageInput};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{broadcast, mpsc};
 
+use crate::core::conversations::{CoreError, Ingested};
 use crate::core::offline::OfflineOutcome;
+use crate::core::widget::WidgetAction;
 use crate::core::{Handled, Inbound};
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, json, method_not_allowed, parse_json, read_body};
-use plugin_api::widget::OfflineMessageInput;
+use crate::http::respond::{
+    Resp, bearer, event_stream, full, json, parse_json, read_body, text, with_type,
+};
+use crate::store::widget::PageReport;
+use crate::store::{Author, Channel, Client, MessageRow};
 
-/// Routes `/widget/v1/<public_id>/...`.
-pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    match (req.method().clone(), rest) {
-        (Method::POST, [public_id, "offline-messages"]) => {
-            offline_message(app, req, public_id).await
+/// The script, served with its configuration prepended.
+const SCRIPT: &str = include_str!("../../assets/widget.js");
+/// The demo page; `{{WIDGET_SRC}}` is the script's URL.
+const DEMO: &str = include_str!("../../assets/demo.html");
+
+/// `GET /widget/<widget_id>` and `/script/widget/<widget_id>`.
+pub async fn script(app: &App, req: &Request<Incoming>, widget_id: &str) -> Resp {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return crate::http::respond::method_not_allowed();
+    }
+    let channel = match widget(app, widget_id).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    let config = json!({
+        "widget_id": channel.public_id,
+        "color": color_of(&channel),
+        "base": app.base,
+    });
+    let body = format!("var HUB_WIDGET = {config};\n{SCRIPT}");
+    let etag = format!(
+        "\"{}\"",
+        &hex::encode(Sha256::digest(body.as_bytes()))[..32]
+    );
+    let fresh = req
+        .headers()
+        .get(IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut resp = if fresh {
+        with_type(
+            StatusCode::NOT_MODIFIED,
+            "application/javascript; charset=utf-8",
+            full(Bytes::new()),
+        )
+    } else {
+        with_type(
+            StatusCode::OK,
+            "application/javascript; charset=utf-8",
+            full(body),
+        )
+    };
+    let headers = resp.headers_mut();
+    // Short: a colour changed by the operator reaches pages within minutes;
+    // the ETag makes the revalidation cheap.
+    headers.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(ETAG, v);
+    }
+    resp
+}
+
+/// `GET /demo/<widget_id>`: a page embedding the widget, for trying it.
+pub async fn demo(app: &App, req: &Request<Incoming>, widget_id: &str) -> Resp {
+    if *req.method() != Method::GET {
+        return crate::http::respond::method_not_allowed();
+    }
+    let channel = match widget(app, widget_id).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    let src = format!("/widget/{}", channel.public_id);
+    with_type(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        full(DEMO.replace("{{WIDGET_SRC}}", &src)),
+    )
+}
+
+async fn widget(app: &App, widget_id: &str) -> Result<Channel, Resp> {
+    match app.store.channel_by_public_id(widget_id).await {
+        Ok(Some(c)) if c.is_widget() => Ok(c),
+        Ok(_) => Err(text(StatusCode::NOT_FOUND, "no such widget")),
+        Err(e) => {
+            tracing::error!(error = %e, "widget lookup failed");
+            Err(Problem::unavailable().answer(Dialect::Widget))
         }
-        (_, [_, "offline-messages"]) => method_not_allowed(),
+    }
+}
+
+fn color_of(channel: &Channel) -> String {
+    channel
+        .color
+        .clone()
+        .unwrap_or_else(|| crate::core::provisioning::DEFAULT_WIDGET_COLOR.to_owned())
+}
+
+/// Routes `/widget/v1/<widget_id>/...`.
+pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
+    let [widget_id, endpoint @ ..] = rest else {
+        return fail(StatusCode::NOT_FOUND, "no such endpoint");
+    };
+    let channel = match app.store.channel_by_public_id(widget_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return fail(StatusCode::NOT_FOUND, "no such widget"),
+        Err(e) => {
+            tracing::error!(error = %e, "widget lookup failed");
+            return Problem::unavailable().answer(Dialect::Widget);
+        }
+    };
+    let origin = req
+        .headers()
+        .get(ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(o) = &origin
+        && !channel.allowed_origins.is_empty()
+        && !channel.allowed_origins.iter().any(|a| a == o)
+    {
+        return fail(StatusCode::FORBIDDEN, "this site may not use the widget");
+    }
+    let resp = if *req.method() == Method::OPTIONS {
+        preflight()
+    } else {
+        route(app, req, &channel, endpoint).await
+    };
+    with_cors(resp, origin.as_deref())
+}
+
+async fn route(app: &App, req: Request<Incoming>, channel: &Channel, endpoint: &[&str]) -> Resp {
+    let method = req.method().clone();
+    // The offline form predates widget channels: any channel takes it.
+    if endpoint == ["offline-messages"] {
+        return match method {
+            Method::POST => offline_message(app, req, channel).await,
+            _ => crate::http::respond::method_not_allowed(),
+        };
+    }
+    if !channel.is_widget() {
+        return fail(StatusCode::NOT_FOUND, "no such widget");
+    }
+    match (method, endpoint) {
+        (Method::POST, ["session"]) => session(app, req, channel).await,
+        (Method::GET, ["callback"]) => json(StatusCode::OK, &callback_state()),
+        (m, [name]) if WIDGET_ENDPOINTS.contains(name) => {
+            let visitor = match visitor(app, &req, channel).await {
+                Ok(v) => v,
+                Err(resp) => return resp,
+            };
+            match (m, *name) {
+                (Method::GET, "stream") => stream(app, channel, visitor).await,
+                (Method::GET, "messages") => history(app, &visitor).await,
+                (Method::POST, "messages") => send(app, req, channel, &visitor).await,
+                (Method::POST, "typing") => typing(app, req, channel, &visitor).await,
+                (Method::POST, "calls") => start_call(app, req).await,
+                (Method::POST, action) => widget_call(app, req, channel, &visitor, action).await,
+                _ => crate::http::respond::method_not_allowed(),
+            }
+        }
         _ => fail(StatusCode::NOT_FOUND, "no such endpoint"),
     }
 }
 
-fn fail(status: StatusCode, error: impl Into<String>) -> Resp {
-    Problem::new(status, "fail", error).answer(Dialect::Widget)
+/// Endpoints that need the visitor's token.
+const WIDGET_ENDPOINTS: [&str; 11] = [
+    "stream",
+    "messages",
+    "typing",
+    "contacts",
+    "custom-data",
+    "user-token",
+    "page",
+    "attributes",
+    "calls",
+    "clear",
+    "history",
+];
+
+fn fail(status: StatusCode, reason: impl Into<String>) -> Resp {
+    json(
+        status,
+        &json!({ "result": "fail", "reason": reason.into() }),
+    )
 }
 
-async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> Resp {
-    let channel = match app.store.channel_by_public_id(public_id).await {
-        Ok(Some(c)) => c,
-        Ok(None) => return fail(StatusCode::NOT_FOUND, "no such widget"),
+fn ok() -> Resp {
+    json(StatusCode::OK, &json!({ "result": "ok" }))
+}
+
+fn preflight() -> Resp {
+    let mut resp = with_type(StatusCode::NO_CONTENT, "text/plain", full(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    h.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("authorization, content-type"),
+    );
+    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    resp
+}
+
+/// Lets the page's origin read the answer (the origin was checked already).
+fn with_cors(mut resp: Resp, origin: Option<&str>) -> Resp {
+    let value = origin
+        .and_then(|o| HeaderValue::from_str(o).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("*"));
+    let h = resp.headers_mut();
+    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
+    h.insert(VARY, HeaderValue::from_static("Origin"));
+    resp
+}
+
+/// The visitor a request's token names: `Authorization: Bearer`, or
+/// `?token=` where a browser cannot set headers (`EventSource`).
+async fn visitor(app: &App, req: &Request<Incoming>, channel: &Channel) -> Result<Client, Resp> {
+    let token = bearer(req).map(str::to_owned).or_else(|| {
+        req.uri().query().and_then(|q| {
+            q.split('&')
+                .find_map(|p| p.strip_prefix("token="))
+                .map(percent_decode)
+        })
+    });
+    let unauthorized = || fail(StatusCode::UNAUTHORIZED, "no valid visitor token");
+    let Some(key) = token.and_then(|t| app.visitor_keys.verify(&channel.public_id, &t)) else {
+        return Err(unauthorized());
+    };
+    match app.store.visitor(channel.id, &key).await {
+        Ok(Some(client)) => Ok(client),
+        Ok(None) => Err(unauthorized()),
         Err(e) => {
-            tracing::error!(error = %e, "channel lookup failed");
+            tracing::error!(error = %e, "visitor lookup failed");
+            Err(Problem::unavailable().answer(Dialect::Widget))
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let escaped = (b == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (b, escaped) {
+            (_, Some(byte)) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
+    let bytes = read_body(req, &app.config.server)
+        .await
+        .map_err(|e| fail(e.status(), e.reason()))?;
+    parse_json(&bytes).map_err(|e| fail(StatusCode::BAD_REQUEST, format!("invalid request: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+struct PageBody {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    referrer: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SessionBody {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    page: PageBody,
+}
+
+/// Longest page field kept (URLs, titles from the page are untrusted).
+const MAX_PAGE_FIELD: usize = 2048;
+
+fn bounded(v: Option<String>) -> Option<String> {
+    v.map(|s| s.chars().take(MAX_PAGE_FIELD).collect::<String>())
+        .filter(|s| !s.is_empty())
+}
+
+async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
+    let user_agent = req
+        .headers()
+        .get(USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(512).collect::<String>());
+    let b: SessionBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let url = bounded(b.page.url);
+    let title = bounded(b.page.title);
+    let referrer = bounded(b.page.referrer);
+    let utm = url.as_deref().and_then(utm_of).map(|u| u.to_string());
+    let page = PageReport {
+        url: url.as_deref(),
+        title: title.as_deref(),
+        referrer: referrer.as_deref(),
+        ip: None,
+        user_agent: user_agent.as_deref(),
+        utm_json: utm.as_deref(),
+    };
+    let started = app
+        .conversations
+        .widget_session(channel, &app.visitor_keys, b.token.as_deref(), page)
+        .await;
+    let s = match started {
+        Ok(s) => s,
+        Err(e) => return core_fail(e),
+    };
+    let names = agent_names(app, &s.messages).await;
+    let extras = app
+        .store
+        .visitor_extras(s.client.id)
+        .await
+        .unwrap_or_default();
+    let messages: Vec<Value> = s.messages.iter().map(|m| message_view(m, &names)).collect();
+    json(
+        StatusCode::OK,
+        &json!({
+            "result": "ok",
+            "token": s.token,
+            "visitor": { "id": s.client.external_id.as_key(), "number": s.client.visitor_number },
+            "chat_mode": if s.online { "online" } else { "offline" },
+            "color": color_of(channel),
+            "contact_info": {
+                "client_name": s.client.name,
+                "email": s.client.email,
+                "phone": s.client.phone,
+                "description": extras.description,
+            },
+            "chat": s.chat.map(|(id, state, _)| json!({ "id": id, "state": state })),
+            "messages": messages,
+            "callback": callback_state(),
+            "unread": 0,
+        }),
+    )
+}
+
+/// `utm_json` from a page URL's `utm_*` parameters; `None` without any.
+fn utm_of(url: &str) -> Option<Value> {
+    let query = url.split_once('?')?.1.split('#').next().unwrap_or("");
+    let mut utm = Map::new();
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if let Some(name) = k.strip_prefix("utm_")
+            && ["source", "medium", "campaign", "content", "term"].contains(&name)
+        {
+            utm.insert(name.to_owned(), Value::from(percent_decode(v)));
+        }
+    }
+    (!utm.is_empty()).then_some(Value::Object(utm))
+}
+
+/// Calls are not set up for widgets yet: the spec's disabled answer.
+fn callback_state() -> Value {
+    json!({ "result": "fail", "reason": "Callback disabled" })
+}
+
+async fn start_call(app: &App, req: Request<Incoming>) -> Resp {
+    let _: Value = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    json(StatusCode::OK, &callback_state())
+}
+
+/// Agent names by id, for the messages' `name`.
+async fn agent_names(app: &App, messages: &[MessageRow]) -> HashMap<i64, String> {
+    let ids: HashSet<i64> = messages.iter().filter_map(|m| m.agent_id).collect();
+    let mut names = HashMap::new();
+    for id in ids {
+        if let Ok(Some(agent)) = app.store.agent_by_id(id).await {
+            names.insert(id, agent.name);
+        }
+    }
+    names
+}
+
+/// A message as the visitor's page shows it.
+fn message_view(m: &MessageRow, agents: &HashMap<i64, String>) -> Value {
+    let author = match m.author {
+        Author::Client => "client",
+        Author::Agent => "agent",
+        Author::Auto => "auto",
+        Author::Bot => "bot",
+    };
+    let name = match m.author {
+        Author::Agent => m.agent_id.and_then(|id| agents.get(&id).cloned()),
+        Author::Bot => m.author_name.clone(),
+        _ => None,
+    };
+    let mut view = json!({
+        "id": m.id,
+        "author": author,
+        "name": name,
+        "created_at": m.created_at,
+    });
+    if m.author == Author::Bot {
+        if let Ok(bot) = serde_json::from_value::<plugin_api::bot::Message>(m.body.clone()) {
+            view["text"] = json!(match &bot {
+                plugin_api::bot::Message::Buttons(b) if !b.text.is_empty() => b.text.clone(),
+                plugin_api::bot::Message::Buttons(b) => b.title.clone(),
+                other => other.display_text(),
+            });
+            if let plugin_api::bot::Message::Buttons(b) = &bot {
+                view["buttons"] = json!(b.buttons);
+            }
+        }
+    } else if let Ok(msg) = serde_json::from_value::<plugin_api::channel::Message>(m.body.clone()) {
+        view["text"] = json!(match &msg {
+            plugin_api::channel::Message::Text(t) => t.text.clone(),
+            other => other.preview(),
+        });
+        if let Some(file) = m.body.get("file") {
+            view["file"] = file.clone();
+        }
+    }
+    view
+}
+
+async fn history(app: &App, visitor: &Client) -> Resp {
+    let from = app
+        .store
+        .visitor_extras(visitor.id)
+        .await
+        .map(|e| e.history_from.unwrap_or(0))
+        .unwrap_or(0);
+    match app.store.visitor_messages(visitor.id, from, 200).await {
+        Ok(messages) => {
+            let names = agent_names(app, &messages).await;
+            let views: Vec<Value> = messages.iter().map(|m| message_view(m, &names)).collect();
+            json(
+                StatusCode::OK,
+                &json!({ "result": "ok", "messages": views }),
+            )
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read a visitor's history");
+            Problem::unavailable().answer(Dialect::Widget)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TextBody {
+    text: String,
+}
+
+/// The visitor writes: a customer message of the widget's channel.
+async fn send(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Client) -> Resp {
+    let b: TextBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    if b.text.trim().is_empty() {
+        return fail(StatusCode::BAD_REQUEST, "the message is empty");
+    }
+    let message = customer_message(visitor, json!({ "type": "text", "text": b.text }));
+    let message = match message {
+        Ok(m) => m,
+        Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
+    };
+    match app
+        .conversations
+        .handle(Inbound::CustomerMessage { channel, message })
+        .await
+    {
+        Ok(Handled::Customer(Ingested::Stored {
+            message: Some(m), ..
+        })) => json(
+            StatusCode::OK,
+            &json!({ "result": "ok", "message": message_view(&m, &HashMap::new()) }),
+        ),
+        // Dropped by a plugin (a spam filter is not revealed) or typing.
+        Ok(_) => ok(),
+        Err(e) => core_fail(e),
+    }
+}
+
+/// A customer message of `visitor`, checked by the channel's rules.
+fn customer_message(
+    visitor: &Client,
+    message: Value,
+) -> Result<plugin_api::channel::CustomerMessage, String> {
+    let value = json!({ "sender": { "id": visitor.external_id }, "message": message });
+    plugin_api::channel::customer_message_from_value(value).map_err(|e| e.0)
+}
+
+#[derive(Deserialize)]
+struct TypingBody {
+    typing: bool,
+}
+
+async fn typing(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Client) -> Resp {
+    let b: TypingBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let kind = if b.typing { "typein" } else { "typeout" };
+    let message = match customer_message(visitor, json!({ "type": kind })) {
+        Ok(m) => m,
+        Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
+    };
+    match app
+        .conversations
+        .handle(Inbound::CustomerMessage { channel, message })
+        .await
+    {
+        Ok(_) => ok(),
+        Err(e) => core_fail(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct FieldsBody {
+    fields: Value,
+}
+
+#[derive(Deserialize)]
+struct UserTokenBody {
+    token: Value,
+}
+
+#[derive(Deserialize)]
+struct AttributesBody {
+    attributes: Value,
+}
+
+/// `setContactInfo`, `setCustomData`, `setUserToken`, `sendPageTitle`,
+/// `setClientAttributes`, `clearHistory`.
+async fn widget_call(
+    app: &App,
+    req: Request<Incoming>,
+    channel: &Channel,
+    visitor: &Client,
+    endpoint: &str,
+) -> Resp {
+    let bytes = match read_body(req, &app.config.server).await {
+        Ok(b) => b,
+        Err(e) => return fail(e.status(), e.reason()),
+    };
+    let parse = |b: &[u8]| -> Result<WidgetAction, String> {
+        let b = if b.is_empty() { &b"{}"[..] } else { b };
+        Ok(match endpoint {
+            "contacts" => WidgetAction::Contacts(parse_json::<ContactInfo>(b)?),
+            "custom-data" => {
+                let FieldsBody { fields } = parse_json(b)?;
+                if !fields.is_array() {
+                    return Err("fields must be an array".to_owned());
+                }
+                let fields: Vec<CustomDataField> =
+                    serde_json::from_value(fields).map_err(|e| format!("fields: {e}"))?;
+                WidgetAction::CustomData(fields)
+            }
+            "user-token" => {
+                let UserTokenBody { token } = parse_json(b)?;
+                match token {
+                    Value::String(t) => WidgetAction::UserToken(t),
+                    _ => return Err("the user token must be a string".to_owned()),
+                }
+            }
+            "page" => {
+                let p: PageBody = parse_json(b)?;
+                WidgetAction::Page {
+                    url: bounded(p.url),
+                    title: bounded(p.title),
+                    referrer: bounded(p.referrer),
+                }
+            }
+            "attributes" => {
+                let AttributesBody { attributes } = parse_json(b)?;
+                match attributes {
+                    Value::Object(m) => WidgetAction::Attributes(m),
+                    _ => return Err("attributes must be an object".to_owned()),
+                }
+            }
+            "clear" => WidgetAction::ClearHistory,
+            _ => return Err("no such endpoint".to_owned()),
+        })
+    };
+    let action = match parse(&bytes) {
+        Ok(a) => a,
+        Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
+    };
+    let token = match &action {
+        WidgetAction::UserToken(t) => Some(t.clone()),
+        _ => None,
+    };
+    let done = app
+        .conversations
+        .handle(Inbound::Widget {
+            channel,
+            visitor,
+            action,
+        })
+        .await;
+    match (done, token) {
+        (Ok(_), Some(token)) => json(StatusCode::OK, &json!({ "result": "ok", "token": token })),
+        (Ok(_), None) => ok(),
+        (Err(CoreError::Conflict(m)), _) if m.contains("per hour") => {
+            fail(StatusCode::TOO_MANY_REQUESTS, m)
+        }
+        (Err(e), _) => core_fail(e),
+    }
+}
+
+/// A core refusal as the fail result; the hub's own faults as a 503.
+fn core_fail(e: CoreError) -> Resp {
+    let problem = Problem::core(e, "no such chat", "a widget call");
+    json(
+        problem.status,
+        &json!({ "result": "fail", "reason": problem.message }),
+    )
+}
+
+/// The visitor's live stream: their chats' messages (their own too, so every
+/// open page of the site shows them), agent typing, the chat accepted or
+/// closed, and the channel going on- or offline.
+async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
+    let chats: HashSet<i64> = match app.store.visitor_chats(visitor.id).await {
+        Ok(c) => c.into_iter().map(|(id, _, _)| id).collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open a visitor stream");
             return Problem::unavailable().answer(Dialect::Widget);
         }
     };
+    let mut online = app
+        .store
+        .channel_has_online_agent(channel.id)
+        .await
+        .unwrap_or(false);
+    let mut updates = app.live.subscribe();
+    let mut shutdown = app.shutdown.clone();
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let store = app.store.clone();
+    let channel_id = channel.id;
+    tokio::spawn(async move {
+        let mut chats = chats;
+        let mut names: HashMap<i64, String> = HashMap::new();
+        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+        // Agents going on- or offline are not events of a chat: look now and then.
+        let mut mode = tokio::time::interval(Duration::from_secs(5));
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let frame = tokio::select! {
+                update = updates.recv() => match update {
+                    Ok(ev) if ev.channel_id == channel_id => {
+                        if ev.kind == "chat.opened"
+                            && ev.data["client"]["id"].as_i64() == Some(visitor.id)
+                        {
+                            chats.insert(ev.chat_id);
+                        }
+                        if !chats.contains(&ev.chat_id) {
+                            continue;
+                        }
+                        match visitor_frame(&store, &mut names, ev.kind, &ev.data).await {
+                            Some(frame) => frame,
+                            None => continue,
+                        }
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        Bytes::from_static(b"event: lagged\ndata: {}\n\n")
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = mode.tick() => {
+                    let now = store.channel_has_online_agent(channel_id).await.unwrap_or(online);
+                    if now == online {
+                        continue;
+                    }
+                    online = now;
+                    let m = if online { "online" } else { "offline" };
+                    Bytes::from(format!("event: mode\ndata: {}\n\n", json!({ "chat_mode": m })))
+                }
+                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+                _ = shutdown.changed() => break,
+            };
+            if tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    event_stream(rx)
+}
+
+/// What a live event of the visitor's chat tells their page, if anything.
+async fn visitor_frame(
+    store: &crate::store::Store,
+    names: &mut HashMap<i64, String>,
+    kind: &str,
+    data: &Value,
+) -> Option<Bytes> {
+    let (event, payload) = match kind {
+        "chat.message" => {
+            let m: MessageRow = serde_json::from_value(data.get("message")?.clone()).ok()?;
+            learn_agent(store, names, m.agent_id).await;
+            ("message", message_view(&m, names))
+        }
+        "chat.typing" if data["by"] == "agent" => (
+            "typing",
+            json!({ "typing": data["typing"], "name": data["name"] }),
+        ),
+        "chat.accepted" => {
+            let id = data["agent_id"].as_i64();
+            learn_agent(store, names, id).await;
+            let agent = id
+                .and_then(|id| names.get(&id))
+                .map(|name| json!({ "name": name }));
+            ("chat", json!({ "state": "accepted", "agent": agent }))
+        }
+        "chat.closed" => ("chat", json!({ "state": "closed", "agent": null })),
+        _ => return None,
+    };
+    Some(Bytes::from(format!("event: {event}\ndata: {payload}\n\n")))
+}
+
+/// Remembers agent `id`'s name, read once per stream.
+async fn learn_agent(
+    store: &crate::store::Store,
+    names: &mut HashMap<i64, String>,
+    id: Option<i64>,
+) {
+    if let Some(id) = id
+        && !names.contains_key(&id)
+        && let Ok(Some(agent)) = store.agent_by_id(id).await
+    {
+        names.insert(id, agent.name);
+    }
+}
+
+async fn offline_message(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
+    // The method's own dialect: `{result: fail, error}`.
+    let refuse =
+        |status, error: String| Problem::new(status, "fail", error).answer(Dialect::Widget);
     let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
         Err(e) => return Problem::body(&e).answer(Dialect::Widget),
     };
     let form: OfflineMessageInput = match parse_json(&body) {
         Ok(f) => f,
-        Err(e) => return fail(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("invalid form: {e}")),
     };
     let done = app
         .conversations
-        .handle(Inbound::OfflineMessage {
-            channel: &channel,
-            form,
-        })
+        .handle(Inbound::OfflineMessage { channel, form })
         .await;
     match done {
         Ok(Handled::Offline(OfflineOutcome::Stored { id })) => json(
@@ -57,7 +800,30 @@ async fn offline_message(app: &App, req: Request<Incoming>, public_id: &str) -> 
             &json!({ "result": "ok", "offline_message_id": id }),
         ),
         // A spam filter's drop is not told to the sender.
-        Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
+        Ok(_) => ok(),
         Err(e) => Problem::core(e, "no such widget", "offline message").answer(Dialect::Widget),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utm_parameters_come_from_the_page_url() {
+        assert_eq!(
+            utm_of(
+                "https://shop.example.com/?utm_source=google&utm_medium=cpc&x=1&utm_term=a%20b#top"
+            ),
+            Some(json!({ "source": "google", "medium": "cpc", "term": "a b" }))
+        );
+        assert_eq!(utm_of("https://shop.example.com/?x=1"), None);
+        assert_eq!(utm_of("https://shop.example.com/"), None);
+    }
+
+    #[test]
+    fn percent_decoding_is_lenient() {
+        assert_eq!(percent_decode("a%2Eb+c"), "a.b c");
+        assert_eq!(percent_decode("bad%zz%"), "bad%zz%");
     }
 }

@@ -24,6 +24,40 @@ pub struct Channel {
     pub webhook_url: Option<String>,
     /// Whether its webhooks are signed (the secret itself is not shown).
     pub webhook_signed: bool,
+    pub kind: ChannelKind,
+    /// The widget's colour (`#rrggbb`), widget channels only.
+    pub color: Option<String>,
+    /// Origins allowed to use the widget's endpoints; empty: any.
+    pub allowed_origins: Vec<String>,
+}
+
+/// How a channel's customers reach the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// An integrator's server posts customer messages; agent messages go to
+    /// its `customer_endpoint`.
+    #[default]
+    Custom,
+    /// Visitors' browsers talk to the hub through its widget script; the
+    /// channel's `public_id` is the widget id, and agent messages reach the
+    /// visitor's open page live (no integrator, no outbound request).
+    Widget,
+}
+
+impl ChannelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelKind::Custom => "custom",
+            ChannelKind::Widget => "widget",
+        }
+    }
+}
+
+impl Channel {
+    pub fn is_widget(&self) -> bool {
+        self.kind == ChannelKind::Widget
+    }
 }
 
 /// What a new channel is made of; `public_id` comes from [`crate::ids`].
@@ -34,10 +68,17 @@ pub struct NewChannel<'a> {
     pub chunked: bool,
     pub declared: bool,
     pub agents: &'a [String],
+    pub kind: ChannelKind,
+    pub color: Option<&'a str>,
+    pub allowed_origins: &'a [String],
 }
 
 const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at, \
-     webhook_url, webhook_secret";
+     webhook_url, webhook_secret, kind, color, allowed_origins";
+
+fn origins_json(origins: &[String]) -> Option<String> {
+    (!origins.is_empty()).then(|| serde_json::Value::from(origins.to_vec()).to_string())
+}
 
 fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
     Ok(Channel {
@@ -53,6 +94,15 @@ fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
         webhook_signed: row
             .try_get::<Option<String>, _>("webhook_secret")?
             .is_some(),
+        kind: match row.try_get::<String, _>("kind")?.as_str() {
+            "widget" => ChannelKind::Widget,
+            _ => ChannelKind::Custom,
+        },
+        color: row.try_get("color")?,
+        allowed_origins: row
+            .try_get::<Option<String>, _>("allowed_origins")?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -61,8 +111,9 @@ impl Store {
     pub async fn insert_channel(&self, new: NewChannel<'_>) -> Result<Channel, StoreError> {
         let mut w = self.begin_write().await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO channels (public_id, name, customer_endpoint, chunked, declared, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+            "INSERT INTO channels (public_id, name, customer_endpoint, chunked, declared, created_at, \
+             kind, color, allowed_origins) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
         ))
         .bind(new.public_id)
         .bind(new.name)
@@ -70,6 +121,9 @@ impl Store {
         .bind(i64::from(new.chunked))
         .bind(i64::from(new.declared))
         .bind(now_ms())
+        .bind(new.kind.as_str())
+        .bind(new.color)
+        .bind(origins_json(new.allowed_origins))
         .fetch_one(&mut *w.tx)
         .await
         .ctx("inserting a channel")?;
@@ -91,20 +145,23 @@ impl Store {
         Ok(channel)
     }
 
-    /// Brings a declared channel's endpoint, chunked flag and agents in line with `hub.toml`.
+    /// Brings a declared channel's endpoint, chunked flag, widget settings
+    /// and agents in line with `hub.toml` (its kind and ids stay).
     pub async fn update_declared_channel(
         &self,
         id: i64,
-        customer_endpoint: &str,
-        chunked: bool,
-        agents: &[String],
+        new: &NewChannel<'_>,
     ) -> Result<(), StoreError> {
+        let agents = new.agents;
         let mut w = self.begin_write().await?;
         sqlx::query(
-            "UPDATE channels SET customer_endpoint = $1, chunked = $2, declared = 1 WHERE id = $3",
+            "UPDATE channels SET customer_endpoint = $1, chunked = $2, declared = 1, \
+             color = $3, allowed_origins = $4 WHERE id = $5",
         )
-        .bind(customer_endpoint)
-        .bind(i64::from(chunked))
+        .bind(new.customer_endpoint)
+        .bind(i64::from(new.chunked))
+        .bind(new.color)
+        .bind(origins_json(new.allowed_origins))
         .bind(id)
         .execute(&mut *w.tx)
         .await

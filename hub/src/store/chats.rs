@@ -92,7 +92,7 @@ pub struct BotBrief {
     pub state: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Author {
     Client,
@@ -124,7 +124,7 @@ impl Author {
 }
 
 /// Where an agent message stands on its way to the integrator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeliveryState {
     Pending,
@@ -150,7 +150,8 @@ impl DeliveryState {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+// Deserialize: the widget's stream reads it back from a live event.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct MessageRow {
     pub id: i64,
     pub uid: String,
@@ -158,7 +159,7 @@ pub struct MessageRow {
     pub author: Author,
     pub agent_id: Option<i64>,
     /// The author's name when no agent row names it (a bot's).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author_name: Option<String>,
     /// The channel `message` object as stored (after plugins).
     pub body: serde_json::Value,
@@ -202,7 +203,7 @@ fn qualified(alias: &str, columns: &str) -> String {
         .join(", ")
 }
 
-pub(super) fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
+pub(crate) fn client_from_row(row: &AnyRow) -> Result<Client, StoreError> {
     client_at(row, 0)
 }
 

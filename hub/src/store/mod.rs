@@ -15,6 +15,7 @@ pub mod offline;
 pub mod outbox;
 pub mod outgoing;
 pub mod webhooks;
+pub mod widget;
 mod writer;
 
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Transaction};
 
 pub use agents::{Agent, NewAgent};
 pub use bots::{Bot, BotState, NewBot};
-pub use channels::{Channel, NewChannel};
+pub use channels::{Channel, ChannelKind, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
 pub use outbox::{Claimed, NewDelivery, OutboxState, Retry, RowKind};
 pub use writer::Durability;
@@ -165,6 +166,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0005_delivery_fixes.sql"),
     ),
     (6, include_str!("../../migrations/sqlite/0006_bots.sql")),
+    (7, include_str!("../../migrations/sqlite/0007_widget.sql")),
 ];
 
 impl Store {

@@ -1,0 +1,243 @@
+//! Widget visitors: their client rows by visitor key, the session the page
+//! reports, custom data, user token, history and the attribute-call budget.
+
+use sqlx::AnyConnection;
+
+use super::chats::{CLIENT_COLUMNS, MESSAGE_COLUMNS, client_from_row, message_from_row};
+use super::{Client, Ctx, MessageRow, Store, StoreError};
+
+/// What the page reports of the visitor's session.
+#[derive(Debug, Clone, Default)]
+pub struct PageReport<'a> {
+    pub url: Option<&'a str>,
+    pub title: Option<&'a str>,
+    pub referrer: Option<&'a str>,
+    pub ip: Option<&'a str>,
+    pub user_agent: Option<&'a str>,
+    /// `utm_json` as JSON text.
+    pub utm_json: Option<&'a str>,
+}
+
+/// Records the page (only what is given replaces what was known); a new
+/// visit also counts in `visits_count`.
+pub async fn set_page(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    page: &PageReport<'_>,
+    new_visit: bool,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE clients SET url = COALESCE($1, url), page_title = COALESCE($2, page_title), \
+         referrer = COALESCE($3, referrer), ip = COALESCE($4, ip), \
+         user_agent = COALESCE($5, user_agent), utm_json = COALESCE($6, utm_json), \
+         visits_count = visits_count + $7, updated_at = $8 WHERE id = $9",
+    )
+    .bind(page.url)
+    .bind(page.title)
+    .bind(page.referrer)
+    .bind(page.ip)
+    .bind(page.user_agent)
+    .bind(page.utm_json)
+    .bind(i64::from(new_visit))
+    .bind(now)
+    .bind(client_id)
+    .execute(conn)
+    .await
+    .ctx("recording a visitor's page")?;
+    Ok(())
+}
+
+pub async fn set_custom_data(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    fields_json: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET widget_custom_data = $1 WHERE id = $2")
+        .bind(fields_json)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("saving custom data")?;
+    Ok(())
+}
+
+pub async fn set_user_token(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    token: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET user_token = $1 WHERE id = $2")
+        .bind(token)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("saving a user token")?;
+    Ok(())
+}
+
+/// The visitor's history starts at `from` (Unix ms): `clearHistory`.
+pub async fn set_history_from(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    from: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE clients SET history_from = $1 WHERE id = $2")
+        .bind(from)
+        .bind(client_id)
+        .execute(conn)
+        .await
+        .ctx("clearing a visitor's history")?;
+    Ok(())
+}
+
+/// Counts a `setClientAttributes` call if fewer than `max` were made since
+/// `since`; false (and nothing counted) otherwise.
+pub async fn take_attribute_call(
+    conn: &mut AnyConnection,
+    client_id: i64,
+    since: i64,
+    max: i64,
+    now: i64,
+) -> Result<bool, StoreError> {
+    sqlx::query("DELETE FROM widget_attribute_calls WHERE client_id = $1 AND at < $2")
+        .bind(client_id)
+        .bind(since)
+        .execute(&mut *conn)
+        .await
+        .ctx("counting attribute calls")?;
+    let (made,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM widget_attribute_calls WHERE client_id = $1")
+            .bind(client_id)
+            .fetch_one(&mut *conn)
+            .await
+            .ctx("counting attribute calls")?;
+    if made >= max {
+        return Ok(false);
+    }
+    sqlx::query("INSERT INTO widget_attribute_calls (client_id, at) VALUES ($1, $2)")
+        .bind(client_id)
+        .bind(now)
+        .execute(conn)
+        .await
+        .ctx("counting attribute calls")?;
+    Ok(true)
+}
+
+/// A visitor's session data the widget shows back to the page.
+#[derive(Debug, Clone, Default)]
+pub struct VisitorExtras {
+    pub description: Option<String>,
+    /// `setCustomData`'s fields as JSON text.
+    pub custom_data: Option<String>,
+    pub page_title: Option<String>,
+    pub referrer: Option<String>,
+    pub ip: Option<String>,
+    pub user_agent: Option<String>,
+    pub utm_json: Option<String>,
+    pub visits_count: i64,
+    pub history_from: Option<i64>,
+}
+
+impl Store {
+    /// The client of visitor `key` on widget channel `channel_id`.
+    pub async fn visitor(&self, channel_id: i64, key: &str) -> Result<Option<Client>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {CLIENT_COLUMNS} FROM clients WHERE channel_id = $1 AND external_key = $2"
+        ))
+        .bind(channel_id)
+        .bind(key)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("looking up a visitor")?;
+        row.as_ref().map(client_from_row).transpose()
+    }
+
+    pub async fn visitor_extras(&self, client_id: i64) -> Result<VisitorExtras, StoreError> {
+        type Row = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i64,
+            Option<i64>,
+        );
+        let row: Option<Row> = sqlx::query_as(
+            "SELECT description, widget_custom_data, page_title, referrer, ip, user_agent, \
+             utm_json, visits_count, history_from FROM clients WHERE id = $1",
+        )
+        .bind(client_id)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("reading a visitor")?;
+        Ok(row
+            .map(
+                |(
+                    description,
+                    custom_data,
+                    page_title,
+                    referrer,
+                    ip,
+                    user_agent,
+                    utm,
+                    visits,
+                    from,
+                )| {
+                    VisitorExtras {
+                        description,
+                        custom_data,
+                        page_title,
+                        referrer,
+                        ip,
+                        user_agent,
+                        utm_json: utm,
+                        visits_count: visits,
+                        history_from: from,
+                    }
+                },
+            )
+            .unwrap_or_default())
+    }
+
+    /// The visitor's messages in all their chats since `from`, oldest first,
+    /// at most the latest `limit`.
+    pub async fn visitor_messages(
+        &self,
+        client_id: i64,
+        from: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>, StoreError> {
+        let columns = MESSAGE_COLUMNS
+            .split(',')
+            .map(|c| format!("m.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = sqlx::query(&format!(
+            "SELECT * FROM (SELECT {columns} FROM messages m JOIN chats c ON c.id = m.chat_id \
+             WHERE c.client_id = $1 AND m.created_at >= $2 ORDER BY m.id DESC LIMIT $3) \
+             ORDER BY id"
+        ))
+        .bind(client_id)
+        .bind(from)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .ctx("reading a visitor's history")?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    /// The ids of the visitor's chats, and the latest one with its state.
+    pub async fn visitor_chats(
+        &self,
+        client_id: i64,
+    ) -> Result<Vec<(i64, String, Option<i64>)>, StoreError> {
+        sqlx::query_as("SELECT id, state, agent_id FROM chats WHERE client_id = $1 ORDER BY id")
+            .bind(client_id)
+            .fetch_all(self.pool())
+            .await
+            .ctx("reading a visitor's chats")
+    }
+}
