@@ -16,3 +16,4 @@ mod layout;
 mod plugins;
 mod process;
 mod webhooks;
+mod widget_api;

@@ -734,3 +734,26 @@ impl TestHub {
         TestHub::start_edited(dir, opts, edit).await
     }
 }
+
+impl Sse {
+    /// Connects to a stream that takes no `Authorization` header: the
+    /// widget's `…/stream?token=`, as a browser's `EventSource` opens it.
+    pub async fn open(url: &str) -> Sse {
+        let resp = reqwest::Client::new()
+            .get(url)
+            .send()
+            .await
+            .expect("stream request");
+        assert_eq!(resp.status(), 200, "stream {url}");
+        assert_eq!(
+            resp.headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("text/event-stream")
+        );
+        Sse {
+            stream: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+}

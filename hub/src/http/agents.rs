@@ -244,6 +244,7 @@ fn visitor_view(client: &crate::store::Client, x: crate::store::widget::VisitorE
         "referrer": x.referrer,
         "utm_json": parse(x.utm_json),
         "user_agent": x.user_agent,
+        "ip": x.ip,
         "visits_count": x.visits_count,
         "description": x.description,
     })

@@ -33,6 +33,10 @@ use tokio::sync::{oneshot, watch};
 
 use crate::http::respond::{Resp, method_not_allowed, not_found, segments, text};
 
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);
+
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
@@ -43,12 +47,14 @@ pub async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let header_timeout = app.config.server.header_timeout();
                     let app = app.clone();
-                    let service = service_fn(move |req| {
+                    let service = service_fn(move |mut req: Request<Incoming>| {
                         let app = app.clone();
+                        // The widget records the visitor's address.
+                        req.extensions_mut().insert(Peer(peer));
                         async move {
                             let mut resp = route(&app, req).await;
                             // A client too slow to send its request gets no

@@ -321,6 +321,10 @@ fn bounded(v: Option<String>) -> Option<String> {
 }
 
 async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
+    let ip = req
+        .extensions()
+        .get::<crate::http::Peer>()
+        .map(|p| p.0.ip().to_string());
     let user_agent = req
         .headers()
         .get(USER_AGENT)
@@ -338,7 +342,7 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
         url: url.as_deref(),
         title: title.as_deref(),
         referrer: referrer.as_deref(),
-        ip: None,
+        ip: ip.as_deref(),
         user_agent: user_agent.as_deref(),
         utm_json: utm.as_deref(),
     };
