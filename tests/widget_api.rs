@@ -1251,6 +1251,10 @@ async fn the_user_token_is_echoed_and_carried_by_the_visitors_webhooks() {
         .await;
     assert_eq!(accepted["user_token"], "u-42", "{accepted}");
     assert_eq!(accepted["widget_id"], WIDGET_ID, "{accepted}");
+    // The session the page reported travels with the visitor's webhooks.
+    assert_eq!(accepted["page"]["url"], PAGE, "{accepted}");
+    assert_eq!(accepted["page"]["title"], "Winter boots", "{accepted}");
+    assert_eq!(accepted["session"]["ip_addr"], "127.0.0.1", "{accepted}");
     assert_eq!(accepted["agent"]["name"], "Ann", "{accepted}");
 
     visitor.ok("contacts", json!({ "name": "Uma" })).await;

@@ -62,6 +62,12 @@ pub struct ClientCard {
     pub visitor_number: Option<i64>,
     /// How many chats the client has had.
     pub chats_count: i64,
+    /// What a widget visitor's page reported.
+    pub page_title: Option<String>,
+    /// `utm_json` as JSON text.
+    pub utm_json: Option<String>,
+    pub ip: Option<String>,
+    pub user_agent: Option<String>,
 }
 
 /// The client `client_id` for a webhook payload; `None` if there is none.
@@ -72,7 +78,8 @@ pub async fn client_card(
     let row = sqlx::query(
         "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
          c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
-         c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count \
+         c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count, \
+         c.page_title, c.utm_json, c.ip, c.user_agent \
          FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
     )
     .bind(client_id)
@@ -97,6 +104,10 @@ pub async fn client_card(
         assigned_agent_id: number("assigned_agent_id")?,
         visitor_number: number("visitor_number")?,
         chats_count: row.try_get("chats_count").ctx("reading a client")?,
+        page_title: text("page_title")?,
+        utm_json: text("utm_json")?,
+        ip: text("ip")?,
+        user_agent: text("user_agent")?,
     }))
 }
 

@@ -20,6 +20,9 @@ struct Known {
     user_token: Option<String>,
     visitor: Visitor,
     url: Option<String>,
+    page_title: Option<String>,
+    /// What a widget visitor's page reported (empty for other channels).
+    session: Session,
     organization: Option<Organization>,
     status: Option<Status>,
     assigned_agent: Option<AssignedAgent>,
@@ -50,6 +53,14 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
         user_token: card.user_token,
         visitor,
         url: card.url,
+        page_title: card.page_title,
+        session: Session {
+            geoip: None,
+            utm: None,
+            utm_json: card.utm_json.and_then(|u| serde_json::from_str(&u).ok()),
+            ip_addr: card.ip,
+            user_agent: card.user_agent,
+        },
         organization: None,
         status: None,
         assigned_agent: None,
@@ -107,15 +118,17 @@ async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::A
         }))
 }
 
-/// The page the visitor is on: the one a reply named, else the customer's `url`.
-async fn page(conn: &mut Conn, chat_id: i64, url: Option<&str>) -> Result<Page, StoreError> {
+/// The page the visitor is on: the one a reply named, else the customer's
+/// `url` (and a widget page's title).
+async fn page(conn: &mut Conn, chat_id: i64, k: &Known) -> Result<Page, StoreError> {
+    let (url, title) = (k.url.as_deref(), k.page_title.clone());
     let from_reply = rows::chat_integration_text(conn, chat_id)
         .await?
         .and_then(|i| serde_json::from_str::<Value>(&i).ok())
         .and_then(|i| serde_json::from_value::<Page>(i.get("page")?.clone()).ok());
     Ok(from_reply.unwrap_or_else(|| Page {
         url: url.unwrap_or_default().to_owned(),
-        title: None,
+        title,
     }))
 }
 
@@ -144,7 +157,7 @@ pub async fn chat_event(
         Some(id) => agent(conn, id).await?,
         None => None,
     };
-    let page = page(conn, chat_id, k.url.as_deref()).await?;
+    let page = page(conn, chat_id, &k).await?;
     Ok(Some((
         k.channel_id,
         ChatEvent {
@@ -157,7 +170,7 @@ pub async fn chat_event(
             tags: k.tags,
             chat_id: NumericId(chat_id),
             department: None,
-            session: Session::default(),
+            session: k.session.clone(),
             page,
             analytics: None,
             agent,
@@ -292,7 +305,7 @@ pub async fn chat_finished(
         }
     }
     let rows::ChatEnd { rate, blacklisted } = rows::chat_end(conn, chat_id).await?;
-    let page = page(conn, chat_id, k.url.as_deref()).await?;
+    let page = page(conn, chat_id, &k).await?;
     let body = ChatFinished {
         widget_id: Some(k.widget_id),
         user_token: k.user_token,
@@ -309,7 +322,7 @@ pub async fn chat_finished(
             invitation: None,
         },
         chat_id: NumericId(chat_id),
-        session: Session::default(),
+        session: k.session.clone(),
         page,
         plain_messages: plain,
         html_messages: html,
@@ -339,14 +352,14 @@ pub async fn call_event(
     let Some(agent) = agent(conn, agent_id).await? else {
         return Ok(None);
     };
-    let page = page(conn, chat_id, k.url.as_deref()).await?;
+    let page = page(conn, chat_id, &k).await?;
     let body = plugin_api::webhook::CallEvent {
         chat_id: NumericId(chat_id),
         widget_id: k.widget_id,
         visitor: k.visitor,
         agent,
         department: None,
-        session: Session::default(),
+        session: k.session.clone(),
         page,
         call,
         analytics: None,
@@ -386,7 +399,7 @@ pub async fn offline_message(
         widget_id: k.widget_id,
         user_token: k.user_token,
         visitor: k.visitor,
-        session: Session::default(),
+        session: k.session.clone(),
         page: Page {
             url: k.url.unwrap_or_default(),
             title: None,
