@@ -1734,3 +1734,32 @@ async fn a_bot_on_a_widget_talks_to_the_visitor_with_buttons_and_posts_to_no_int
     }
     site.hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_visitor_flooding_messages_is_slowed_down_with_429_and_others_are_not() {
+    let site = Site::open().await;
+    let flooder = site.visitor().await;
+    let mut statuses = Vec::new();
+    for n in 0..40 {
+        let (status, body) = flooder
+            .post("messages", json!({ "text": format!("spam {n}") }))
+            .await;
+        if status == 429 {
+            assert_fail("flood", &(status, body), 429);
+        }
+        statuses.push(status);
+    }
+    let accepted = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        (20..40).contains(&accepted),
+        "a burst passes, then the visitor is slowed down: {statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        40 - accepted
+    );
+    // Another visitor on the same site is not held back by the flood.
+    let other = site.visitor().await;
+    other.say("I am not spam").await;
+    site.hub.shutdown().await;
+}

@@ -256,6 +256,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         base: base.clone(),
         path_secret,
         visitor_keys,
+        widget_limits: Default::default(),
         shutdown: shutdown.clone(),
     });
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));

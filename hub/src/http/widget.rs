@@ -146,7 +146,20 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
     {
         return fail(StatusCode::FORBIDDEN, "this site may not use the widget");
     }
-    let resp = if *req.method() == Method::OPTIONS {
+    let ip = req
+        .extensions()
+        .get::<crate::http::Peer>()
+        .map(|p| p.0.ip().to_string())
+        .unwrap_or_default();
+    let limits = &app.widget_limits;
+    let over = !limits.requests_per_ip.allow(&ip)
+        || (endpoint == ["session"] && !limits.sessions_per_ip.allow(&ip));
+    let resp = if over {
+        fail(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests; slow down",
+        )
+    } else if *req.method() == Method::OPTIONS {
         preflight()
     } else {
         route(app, req, &channel, endpoint).await
@@ -501,6 +514,16 @@ async fn send(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Cl
     };
     if b.text.trim().is_empty() {
         return fail(StatusCode::BAD_REQUEST, "the message is empty");
+    }
+    if !app
+        .widget_limits
+        .messages_per_visitor
+        .allow(&format!("{}:{}", channel.id, visitor.id))
+    {
+        return fail(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many messages; slow down",
+        );
     }
     let message = customer_message(visitor, json!({ "type": "text", "text": b.text }));
     let message = match message {
