@@ -1315,6 +1315,14 @@ async fn page_reports_reach_the_agents_view_and_client_attributes_allow_ten_call
         json!({ "url": "https://shop.example.com/cart", "title": "Your cart" }),
         "{view}"
     );
+    // Another page of the same site minutes later is the same visit.
+    let token = session["token"].as_str().expect("token");
+    site.session_on(page(), Some(token)).await;
+    assert_eq!(
+        site.ann.chat(chat).await["visitor"]["visits_count"],
+        1,
+        "page loads within 30 minutes are one visit"
+    );
 
     for bad in [json!("cart_total=3"), json!([1]), json!({})] {
         let answer = visitor

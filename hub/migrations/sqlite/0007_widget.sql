@@ -12,6 +12,9 @@ ALTER TABLE clients ADD COLUMN referrer TEXT;
 ALTER TABLE clients ADD COLUMN ip TEXT;
 ALTER TABLE clients ADD COLUMN user_agent TEXT;
 ALTER TABLE clients ADD COLUMN utm_json TEXT;
+-- When the visitor last opened a page: a page opened 30 minutes or more
+-- after the previous one starts a new visit (`visits_count`).
+ALTER TABLE clients ADD COLUMN last_visit_at BIGINT;
 
 -- setClientAttributes calls per visitor and hour (at most 10).
 CREATE TABLE widget_attribute_calls (

@@ -18,20 +18,27 @@ pub struct PageReport<'a> {
     pub utm_json: Option<&'a str>,
 }
 
-/// Records the page (only what is given replaces what was known); a new
-/// visit also counts in `visits_count`.
+/// A page opened this long after the previous one starts a new visit.
+pub const VISIT_GAP_MS: i64 = 30 * 60 * 1000;
+
+/// Records the page (only what is given replaces what was known). A page
+/// load (`page_load`) counts a new visit in `visits_count` when the previous
+/// one was [`VISIT_GAP_MS`] or more ago.
 pub async fn set_page(
     conn: &mut AnyConnection,
     client_id: i64,
     page: &PageReport<'_>,
-    new_visit: bool,
+    page_load: bool,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE clients SET url = COALESCE($1, url), page_title = COALESCE($2, page_title), \
          referrer = COALESCE($3, referrer), ip = COALESCE($4, ip), \
          user_agent = COALESCE($5, user_agent), utm_json = COALESCE($6, utm_json), \
-         visits_count = visits_count + $7, updated_at = $8 WHERE id = $9",
+         visits_count = visits_count + CASE WHEN $7 = 1 AND (last_visit_at IS NULL \
+             OR last_visit_at <= $8 - $10) THEN 1 ELSE 0 END, \
+         last_visit_at = CASE WHEN $7 = 1 THEN $8 ELSE last_visit_at END, \
+         updated_at = $8 WHERE id = $9",
     )
     .bind(page.url)
     .bind(page.title)
@@ -39,9 +46,10 @@ pub async fn set_page(
     .bind(page.ip)
     .bind(page.user_agent)
     .bind(page.utm_json)
-    .bind(i64::from(new_visit))
+    .bind(i64::from(page_load))
     .bind(now)
     .bind(client_id)
+    .bind(VISIT_GAP_MS)
     .execute(conn)
     .await
     .ctx("recording a visitor's page")?;
