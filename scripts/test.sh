@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs what the suite
-# needs (the wasm32-wasip2 target), builds the plugins, runs their native unit
-# tests, then the hub's unit and end-to-end tests.
+# needs (the wasm32-wasip2 target, chromium and playwright-core for the widget),
+# builds the plugins, runs their native unit tests, then the hub's unit and
+# end-to-end tests, then the website widget's tests in a real browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,3 +11,6 @@ cd "$(dirname "$0")/.."
 ./scripts/build-plugins.sh
 ./scripts/test-plugins.sh
 cargo test --workspace --locked --no-fail-fast "$@"
+# The widget runs in visitors' browsers, so only a browser can test it: Debian's
+# chromium against the hub binary, on a page served from another origin.
+./scripts/test-browser.sh

@@ -219,6 +219,8 @@
       mode: 'cors',
       credentials: 'omit',
       cache: 'no-store',
+      // A setter called just before the page navigates away still arrives.
+      keepalive: body === undefined || JSON.stringify(body).length < 60000,
       signal: ctl ? ctl.signal : undefined
     }).then(function (r) {
       return r.text().then(function (t) {
@@ -294,6 +296,11 @@
         setToken(null);
         startSession();
         return;
+      } else if (res.status === 403 || res.status === 404) {
+        // This site may not use the widget, or the widget is gone: asking
+        // again will not change the answer.
+        S.refused = true;
+        setConn('down');
       } else {
         if (S.conn !== 'ok') setConn('down');
         sessionTimer = setTimeout(startSession, backoff(sessionTries++));
@@ -953,7 +960,8 @@ textarea:focus,input:focus{border-color:var(--ct);box-shadow:0 0 0 2px rgba(128,
   function renderHead() {
     if (!S.mounted) return;
     var t;
-    if (S.conn !== 'ok') t = 'Connecting\u2026';
+    if (S.refused) t = 'Chat is not available on this site';
+    else if (S.conn !== 'ok') t = 'Connecting\u2026';
     else if (S.agentName && S.chat && S.chat.state === 'accepted') t = S.agentName;
     else t = S.chatMode === 'online' ? 'We are online' : 'We are offline';
     U.sub.textContent = t;

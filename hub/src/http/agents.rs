@@ -235,7 +235,7 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
 
 /// What the visitor's page told the hub (widget channels): custom data as
 /// the page set it (untrusted: shown as text), the page, where they came
-/// from, `user_token`, visits.
+/// from, their address and browser, visits.
 fn visitor_view(client: &crate::store::Client, x: crate::store::widget::VisitorExtras) -> Value {
     let parse = |t: Option<String>| t.and_then(|t| serde_json::from_str::<Value>(&t).ok());
     json!({

@@ -140,11 +140,17 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         .get(ORIGIN)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // The preflight passes for every site, so that the refusal itself is
+    // what a foreign page's widget reads.
     if let Some(o) = &origin
+        && *req.method() != Method::OPTIONS
         && !channel.allowed_origins.is_empty()
         && !channel.allowed_origins.iter().any(|a| a == o)
     {
-        return fail(StatusCode::FORBIDDEN, "this site may not use the widget");
+        // Readable by the page, so its widget stops asking instead of
+        // taking the refusal for a network failure.
+        let refused = fail(StatusCode::FORBIDDEN, "this site may not use the widget");
+        return with_cors(refused, Some(o));
     }
     let ip = req
         .extensions()
