@@ -109,6 +109,11 @@ pub struct ServerConfig {
     /// headers are in; then it gets 408 and the connection closes.
     #[serde(default = "default_body_timeout_ms")]
     pub body_timeout_ms: u64,
+    /// Addresses of reverse proxies in front of the hub: for a request from
+    /// one of them, the client's address is taken from `X-Forwarded-For`
+    /// (widget rate limits, the visitor's recorded address).
+    #[serde(default)]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -219,6 +224,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: default_grace_ms(),
             header_timeout_ms: default_header_timeout_ms(),
             body_timeout_ms: default_body_timeout_ms(),
+            trusted_proxies: Vec::new(),
         }
     }
 }

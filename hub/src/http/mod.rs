@@ -38,6 +38,31 @@ use crate::http::respond::{Resp, method_not_allowed, not_found, segments, text};
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub std::net::SocketAddr);
 
+/// The client's address: the connection's, or, when that is one of
+/// `[server] trusted_proxies`, the last address in `X-Forwarded-For` that is
+/// not a trusted proxy (earlier entries are the client's to forge).
+pub fn client_ip<B>(req: &Request<B>, trusted: &[std::net::IpAddr]) -> Option<std::net::IpAddr> {
+    let peer = req.extensions().get::<Peer>()?.0.ip();
+    if !trusted.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+        .collect::<Vec<_>>();
+    Some(
+        forwarded
+            .into_iter()
+            .rev()
+            .find(|a| !trusted.contains(a))
+            .unwrap_or(peer),
+    )
+}
+
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
@@ -295,5 +320,50 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             crate::http::channel::handle(app, req, secret, public_id, true).await
         }
         _ => not_found(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+
+    fn request(peer: &str, forwarded: &[&str]) -> Request<()> {
+        let mut req = Request::new(());
+        for f in forwarded {
+            req.headers_mut()
+                .append("x-forwarded-for", HeaderValue::from_str(f).expect("header"));
+        }
+        let addr = format!("{peer}:4000").parse().expect("address");
+        req.extensions_mut().insert(Peer(addr));
+        req
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn the_client_address_comes_from_x_forwarded_for_only_behind_a_trusted_proxy() {
+        let proxy = [ip("10.0.0.2")];
+        // Not from the proxy: the header is the client's to forge, and ignored.
+        let direct = request("198.51.100.9", &["203.0.113.7"]);
+        assert_eq!(client_ip(&direct, &proxy), Some(ip("198.51.100.9")));
+        // From the proxy: the last address it did not add itself.
+        let proxied = request("10.0.0.2", &["1.2.3.4, 203.0.113.7"]);
+        assert_eq!(client_ip(&proxied, &proxy), Some(ip("203.0.113.7")));
+        let chained = request("10.0.0.2", &["203.0.113.7", "10.0.0.2"]);
+        assert_eq!(client_ip(&chained, &proxy), Some(ip("203.0.113.7")));
+        // A proxy that sent no header: the proxy's own address.
+        assert_eq!(
+            client_ip(&request("10.0.0.2", &[]), &proxy),
+            Some(ip("10.0.0.2"))
+        );
+        assert_eq!(
+            client_ip(&request("10.0.0.2", &["1.2.3.4"]), &[]),
+            Some(ip("10.0.0.2")),
+            "no trusted proxies: never the header"
+        );
     }
 }

@@ -152,10 +152,8 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         let refused = fail(StatusCode::FORBIDDEN, "this site may not use the widget");
         return with_cors(refused, Some(o));
     }
-    let ip = req
-        .extensions()
-        .get::<crate::http::Peer>()
-        .map(|p| p.0.ip().to_string())
+    let ip = crate::http::client_ip(&req, &app.config.server.trusted_proxies)
+        .map(|a| a.to_string())
         .unwrap_or_default();
     let limits = &app.widget_limits;
     let over = !limits.requests_per_ip.allow(&ip)
@@ -340,10 +338,8 @@ fn bounded(v: Option<String>) -> Option<String> {
 }
 
 async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
-    let ip = req
-        .extensions()
-        .get::<crate::http::Peer>()
-        .map(|p| p.0.ip().to_string());
+    let ip =
+        crate::http::client_ip(&req, &app.config.server.trusted_proxies).map(|a| a.to_string());
     let user_agent = req
         .headers()
         .get(USER_AGENT)
