@@ -1472,7 +1472,7 @@ async fn the_offline_form_and_the_disabled_callback_answer_as_the_spec_says() {
             .post("calls", json!({ "phone": "+4712345678" }))
             .await,
         (
-            200,
+            409,
             json!({ "result": "fail", "reason": "Callback disabled" })
         )
     );
@@ -1771,5 +1771,111 @@ async fn a_visitor_flooding_messages_is_slowed_down_with_429_and_others_are_not(
     // Another visitor on the same site is not held back by the flood.
     let other = site.visitor().await;
     other.say("I am not spam").await;
+    site.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_visitor_asks_for_a_callback_and_follows_the_call_the_agent_makes() {
+    // Calls are taken at any hour here; the schedule itself has unit tests.
+    let site = Site::with(json!({ "calls": { "enabled": true } })).await;
+    let visitor = site.visitor().await;
+    let (status, state) = visitor.call(Method::GET, "callback", None).await;
+    assert_eq!((status, state), (200, json!({ "result": "ok" })));
+    let answer = visitor.post("calls", json!({ "phone": "call me" })).await;
+    assert_fail("a phone that is not one", &answer, 400);
+
+    let mut desk = site.ann.stream().await;
+    let mut page = visitor.stream().await;
+    visitor
+        .ok("calls", json!({ "phone": "+49 30 1234567" }))
+        .await;
+    let chat = site.chat_of(&visitor).await;
+    let request = desk_event(&mut desk, chat, "chat.call").await;
+    assert_eq!(
+        request["call"],
+        json!({ "type": "callback", "phone": "+49 30 1234567", "status": "start" })
+    );
+    let call_id = request["id"].as_i64().expect("call id");
+    let started = site.webhook("call_event", |w| w["chat_id"] == chat).await;
+    assert_eq!(started["call"]["status"], "start", "{started}");
+    assert!(
+        started.get("agent").is_none(),
+        "nobody has taken the call yet: {started}"
+    );
+    // One request at a time.
+    let again = visitor
+        .post("calls", json!({ "phone": "+49 30 1234567" }))
+        .await;
+    assert_fail("a second request", &again, 409);
+    assert_eq!(again.1["reason"], "A call is already in progress");
+
+    // Ann takes the call: her status reports reach the visitor's page.
+    let path = format!("/agent/v1/calls/{call_id}");
+    let (status, v) = site
+        .ann
+        .send(
+            Method::PUT,
+            &path,
+            Some(json!({ "status": "agent_connected" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = site
+        .ann
+        .send(Method::PUT, &path, Some(json!({ "status": "end" })))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let mut statuses = Vec::new();
+    while statuses.last().map(String::as_str) != Some("end") {
+        match page.next(WAIT).await {
+            Some((name, data)) if name == "call" => {
+                statuses.push(data["status"].as_str().unwrap_or_default().to_owned());
+                if data["status"] == "end" {
+                    assert_eq!(data["result"], "ok", "{data}");
+                }
+            }
+            Some(_) => continue,
+            None => panic!("the call's end did not reach the page: {statuses:?}"),
+        }
+    }
+    assert_eq!(statuses, ["start", "agent_connected", "end"]);
+    let ended = site
+        .webhook("call_event", |w| w["call"]["status"] == "end")
+        .await;
+    assert_eq!(ended["agent"]["name"], "Ann", "{ended}");
+    site.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn outside_the_call_hours_the_page_is_told_why_and_nothing_is_asked() {
+    // No day is open: the hours name none of them.
+    let site = Site::with(json!({ "calls": { "enabled": true, "utc_offset": "+01:00",
+        "hours": [{ "days": [], "from": "09:00", "to": "18:00" }] } }))
+    .await;
+    let visitor = site.visitor().await;
+    let (_, state) = visitor.call(Method::GET, "callback", None).await;
+    assert_eq!(
+        state,
+        json!({ "result": "fail", "reason": "Calls are not available at this time" })
+    );
+    let answer = visitor
+        .post("calls", json!({ "phone": "+49 30 1234567" }))
+        .await;
+    assert_fail("outside the hours", &answer, 409);
+    let (status, bad) = admin(
+        &site.hub,
+        Method::POST,
+        "/admin/v1/channels",
+        Some(json!({ "name": "bad", "type": "widget",
+                     "calls": { "enabled": true, "utc_offset": "CET" } })),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("calls.utc_offset")),
+        "{bad}"
+    );
     site.hub.shutdown().await;
 }

@@ -630,6 +630,7 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
                 widget_id,
                 color,
                 allowed_origins,
+                calls: None,
             };
             let ch = provisioning::create_channel(&store, &spec, false).await?;
             let view = provisioning::view(ch, &base, &secret);

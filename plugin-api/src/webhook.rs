@@ -323,7 +323,9 @@ pub struct CallEvent {
     pub chat_id: NumericId,
     pub widget_id: Label,
     pub visitor: Visitor,
-    pub agent: Agent,
+    /// Absent while a widget visitor's callback request waits for an agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Agent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub department: Option<Department>,
     pub session: Session,

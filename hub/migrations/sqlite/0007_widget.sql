@@ -5,6 +5,8 @@ ALTER TABLE channels ADD COLUMN kind TEXT NOT NULL DEFAULT 'custom';
 ALTER TABLE channels ADD COLUMN color TEXT;
 -- JSON array of origins allowed to use the widget's endpoints; NULL: any.
 ALTER TABLE channels ADD COLUMN allowed_origins TEXT;
+-- The widget's callback calls as JSON ({enabled, utc_offset, hours}); NULL: off.
+ALTER TABLE channels ADD COLUMN calls TEXT;
 
 -- The visitor's session as the page reports it, per client (one row: the latest).
 ALTER TABLE clients ADD COLUMN page_title TEXT;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod bots;
+mod calls;
 mod env;
 #[cfg(test)]
 mod fixtures;
@@ -21,6 +22,7 @@ mod webhooks;
 mod wiring;
 
 pub use bots::{BotAuthConfig, BotConfig, is_provider_id, is_token};
+pub use calls::{CALLBACK_DISABLED, CallHours, CallsConfig, OUTSIDE_HOURS};
 pub use env::Env;
 
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
@@ -178,6 +180,9 @@ pub struct ChannelConfig {
     /// Origins (`https://shop.example.com`) allowed to use a widget; empty: any.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// A widget's callback calls; absent: off.
+    #[serde(default)]
+    pub calls: Option<CallsConfig>,
     #[serde(default)]
     pub chunked: bool,
     #[serde(default)]
@@ -436,6 +441,16 @@ impl Config {
                 &ch.allowed_origins,
             ) {
                 for problem in problem {
+                    problems.push(format!("channels[{i}].{problem}"));
+                }
+            }
+            if let Some(calls) = &ch.calls {
+                if !widget {
+                    problems.push(format!(
+                        "channels[{i}].calls: only a channel of type `widget` has one"
+                    ));
+                }
+                for problem in calls.problems() {
                     problems.push(format!("channels[{i}].{problem}"));
                 }
             }

@@ -135,7 +135,7 @@ impl Conversations {
                     reason: None,
                     record_url: None,
                 };
-                self.queue_call(&mut w.tx, chat.id, agent.id, call.clone(), now)
+                self.queue_call(&mut w.tx, chat.id, Some(agent.id), call.clone(), now)
                     .await?;
                 record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
@@ -174,7 +174,7 @@ impl Conversations {
                     reason,
                     record_url,
                 };
-                self.queue_call(&mut w.tx, chat_id, agent.id, call.clone(), now)
+                self.queue_call(&mut w.tx, chat_id, Some(agent.id), call.clone(), now)
                     .await?;
                 record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
@@ -182,14 +182,22 @@ impl Conversations {
             }
         };
         self.kick.kick();
+        // Agents and a widget visitor's page follow the call live.
+        if let Some(chat) = self.store.chat_by_id(chat_id).await? {
+            self.publish(
+                &chat,
+                "chat.call",
+                json!({ "id": call_id, "call": call, "agent_id": agent.id }),
+            );
+        }
         Ok(json!({ "id": call_id, "chat_id": chat_id, "call": call }))
     }
 
-    async fn queue_call(
+    pub(super) async fn queue_call(
         &self,
         conn: &mut Conn,
         chat_id: i64,
-        agent_id: i64,
+        agent_id: Option<i64>,
         call: Call,
         now: i64,
     ) -> Result<(), CoreError> {

@@ -40,6 +40,8 @@ pub struct ChannelSpec {
     pub widget_id: Option<String>,
     pub color: Option<String>,
     pub allowed_origins: Vec<String>,
+    /// A widget's callback calls; `None`: off.
+    pub calls: Option<crate::config::CallsConfig>,
 }
 
 impl From<&ChannelConfig> for ChannelSpec {
@@ -55,6 +57,7 @@ impl From<&ChannelConfig> for ChannelSpec {
             widget_id: c.widget_id.clone(),
             color: c.color.clone(),
             allowed_origins: c.allowed_origins.clone(),
+            calls: c.calls.clone(),
         }
     }
 }
@@ -71,6 +74,7 @@ impl ChannelSpec {
             kind: self.kind,
             color: self.color.as_deref(),
             allowed_origins: &self.allowed_origins,
+            calls: self.calls.as_ref(),
         }
     }
 
@@ -86,6 +90,15 @@ impl ChannelSpec {
             &self.allowed_origins,
         ) {
             return Err(ProvisionError::Invalid(problem.join("; ")));
+        }
+        if let Some(calls) = &self.calls {
+            let mut problems = calls.problems();
+            if !widget {
+                problems.push("calls: only a channel of type `widget` has one".to_owned());
+            }
+            if !problems.is_empty() {
+                return Err(ProvisionError::Invalid(problems.join("; ")));
+            }
         }
         if !crate::config::customer_endpoint_ok(widget, &self.customer_endpoint) {
             return Err(ProvisionError::Invalid(format!(
@@ -150,6 +163,9 @@ pub struct WidgetView {
     pub demo_url: String,
     pub color: String,
     pub allowed_origins: Vec<String>,
+    /// Callback calls; absent: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::config::CallsConfig>,
 }
 
 /// A widget's colour when none is set.
@@ -177,6 +193,7 @@ pub fn view(channel: Channel, base: &str, secret: &str) -> ChannelView {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_WIDGET_COLOR.to_owned()),
             allowed_origins: channel.allowed_origins.clone(),
+            calls: channel.calls.clone(),
         }
     });
     ChannelView {

@@ -15,11 +15,13 @@ use crate::core::door::Passage;
 use crate::core::webhooks;
 use crate::event::{Direction, Event, EventKind};
 use crate::ids::{constant_time_eq, random_token};
+use crate::store::calls::{self, NewCall};
 use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
 use crate::store::widget::{
     PageReport, set_custom_data, set_history_from, set_page, set_user_token, take_attribute_call,
 };
 use crate::store::{Channel, Client, MessageRow, Store, StoreError};
+use plugin_api::webhook::{Call, CallStatus, CallType};
 
 /// Settings key of the secret visitor tokens are signed with.
 const SECRET_KEY: &str = "widget_token_secret";
@@ -90,6 +92,8 @@ pub enum WidgetAction {
     Attributes(Map<String, Value>),
     /// `clearHistory`.
     ClearHistory,
+    /// `startCall`: the visitor asks to be called back at this number.
+    StartCall(String),
 }
 
 impl WidgetAction {
@@ -101,6 +105,7 @@ impl WidgetAction {
             WidgetAction::Page { .. } => "widget.page",
             WidgetAction::Attributes(_) => "widget.client_attributes",
             WidgetAction::ClearHistory => "widget.clear_history",
+            WidgetAction::StartCall(_) => "widget.call_request",
         }
     }
 
@@ -116,6 +121,7 @@ impl WidgetAction {
             } => json!({ "page": { "url": url, "title": title, "referrer": referrer } }),
             WidgetAction::Attributes(a) => json!({ "attributes": a }),
             WidgetAction::ClearHistory => json!({}),
+            WidgetAction::StartCall(phone) => json!({ "phone": phone }),
         }
     }
 
@@ -131,6 +137,9 @@ impl WidgetAction {
             WidgetAction::Attributes(a) if a.is_empty() => {
                 Err("attributes must be a non-empty object".to_owned())
             }
+            WidgetAction::StartCall(phone) if !is_phone(phone) => {
+                Err("invalid phone number".to_owned())
+            }
             WidgetAction::Contacts(c) => {
                 if let Some(email) = &c.email
                     && !email.is_empty()
@@ -143,6 +152,17 @@ impl WidgetAction {
             _ => Ok(()),
         }
     }
+}
+
+/// A phone number as a visitor types it: digits, an optional leading `+`,
+/// spaces, dashes and parentheses; 6 to 20 digits.
+pub fn is_phone(phone: &str) -> bool {
+    let digits = phone.chars().filter(char::is_ascii_digit).count();
+    (6..=20).contains(&digits)
+        && phone.len() <= 32
+        && phone
+            .char_indices()
+            .all(|(i, c)| c.is_ascii_digit() || " -()".contains(c) || (c == '+' && i == 0))
 }
 
 /// A visitor's session as `POST …/session` answers it.
@@ -160,6 +180,32 @@ pub struct Session {
 const HISTORY: i64 = 200;
 
 impl Conversations {
+    /// Whether the visitor may ask for a call now: `Err` is the reason the
+    /// page is given (the spec's "Callback disabled", outside the hours, a
+    /// call already under way).
+    pub async fn callback_state(
+        &self,
+        channel: &Channel,
+        visitor: Option<&Client>,
+    ) -> Result<Result<(), String>, StoreError> {
+        let now = now_ms();
+        let config = channel.calls.as_ref();
+        if let Err(reason) = config.map_or(Err(crate::config::CALLBACK_DISABLED), |c| {
+            c.available_at(now)
+        }) {
+            return Ok(Err(reason.to_owned()));
+        }
+        if let Some(v) = visitor
+            && self
+                .store
+                .client_has_live_call(v.id, now - 3_600_000)
+                .await?
+        {
+            return Ok(Err("A call is already in progress".to_owned()));
+        }
+        Ok(Ok(()))
+    }
+
     /// Starts (or resumes, with a genuine token) a visitor's session on a
     /// widget channel: the client exists from here on (with its visitor
     /// number), the page is recorded, and the history comes back.
@@ -262,6 +308,7 @@ impl Conversations {
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
         let mut publish = None;
+        let mut started = None;
         match &action {
             WidgetAction::Contacts(c) => {
                 let update = ContactUpdate {
@@ -313,10 +360,58 @@ impl Conversations {
                     .await?;
             }
             WidgetAction::ClearHistory => set_history_from(&mut w.tx, client.id, now).await?,
+            WidgetAction::StartCall(phone) => {
+                let (chat_id, opened) = match chat {
+                    Some(id) => (id, false),
+                    None => {
+                        let chat =
+                            crate::store::chats::insert_chat(&mut w.tx, channel.id, client.id, now)
+                                .await?;
+                        (chat.id, true)
+                    }
+                };
+                let new = NewCall {
+                    chat_id,
+                    channel_id: channel.id,
+                    client_id: client.id,
+                    agent_id: calls::NO_AGENT,
+                    call_type: "callback",
+                    phone,
+                    now,
+                };
+                let call_id = calls::insert(&mut w.tx, &new).await?;
+                let call = Call {
+                    kind: CallType::Callback,
+                    phone: phone.clone(),
+                    status: CallStatus::Start,
+                    reason: None,
+                    record_url: None,
+                };
+                self.queue_call(&mut w.tx, chat_id, None, call.clone(), now)
+                    .await?;
+                started = Some((chat_id, opened, call_id, call));
+            }
         }
         record_in(&mut w.tx, &routed, now).await?;
         w.commit().await?;
         self.kick.kick();
+        if let Some((chat_id, opened, call_id, call)) = started
+            && let Some(chat) = self.store.chat_by_id(chat_id).await?
+        {
+            if opened {
+                self.publish(
+                    &chat,
+                    "chat.opened",
+                    json!({ "chat": chat, "client": client_view(client) }),
+                );
+            }
+            // Agents see the request and take it through the calls API.
+            self.publish(
+                &chat,
+                "chat.call",
+                json!({ "id": call_id, "call": call, "agent_id": null }),
+            );
+        }
         if let (Some(kind), Some(chat_id)) = (publish, chat) {
             let client = self.store.client_by_id(client.id).await?;
             let extras = self

@@ -114,6 +114,8 @@ struct NewChannelBody {
     #[serde(default)]
     allowed_origins: Vec<String>,
     #[serde(default)]
+    calls: Option<crate::config::CallsConfig>,
+    #[serde(default)]
     chunked: bool,
     #[serde(default)]
     agents: Vec<String>,
@@ -139,6 +141,7 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         widget_id: b.widget_id,
         color: b.color,
         allowed_origins: b.allowed_origins,
+        calls: b.calls,
     };
     match provisioning::create_channel(&app.store, &spec, false).await {
         Ok(ch) => json(

@@ -185,7 +185,21 @@ async fn route(app: &App, req: Request<Incoming>, channel: &Channel, endpoint: &
     }
     match (method, endpoint) {
         (Method::POST, ["session"]) => session(app, req, channel).await,
-        (Method::GET, ["callback"]) => json(StatusCode::OK, &callback_state()),
+        (Method::GET, ["callback"]) => {
+            // The token is optional here: with it, a call under way counts.
+            let visitor = visitor(app, &req, channel).await.ok();
+            match app
+                .conversations
+                .callback_state(channel, visitor.as_ref())
+                .await
+            {
+                Ok(state) => json(StatusCode::OK, &callback_answer(state)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the callback state");
+                    Problem::unavailable().answer(Dialect::Widget)
+                }
+            }
+        }
         (m, [name]) if WIDGET_ENDPOINTS.contains(name) => {
             let visitor = match visitor(app, &req, channel).await {
                 Ok(v) => v,
@@ -196,7 +210,7 @@ async fn route(app: &App, req: Request<Incoming>, channel: &Channel, endpoint: &
                 (Method::GET, "messages") => history(app, &visitor).await,
                 (Method::POST, "messages") => send(app, req, channel, &visitor).await,
                 (Method::POST, "typing") => typing(app, req, channel, &visitor).await,
-                (Method::POST, "calls") => start_call(app, req).await,
+                (Method::POST, "calls") => start_call(app, req, channel, &visitor).await,
                 (Method::POST, action) => widget_call(app, req, channel, &visitor, action).await,
                 _ => crate::http::respond::method_not_allowed(),
             }
@@ -370,6 +384,17 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
         Err(e) => return core_fail(e),
     };
     let names = agent_names(app, &s.messages).await;
+    let callback = match app
+        .conversations
+        .callback_state(channel, Some(&s.client))
+        .await
+    {
+        Ok(state) => state,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the callback state");
+            Err(crate::config::CALLBACK_DISABLED.to_owned())
+        }
+    };
     let extras = app
         .store
         .visitor_extras(s.client.id)
@@ -392,7 +417,7 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
             },
             "chat": s.chat.map(|(id, state, _)| json!({ "id": id, "state": state })),
             "messages": messages,
-            "callback": callback_state(),
+            "callback": callback_answer(callback),
             "unread": 0,
         }),
     )
@@ -413,17 +438,59 @@ fn utm_of(url: &str) -> Option<Value> {
     (!utm.is_empty()).then_some(Value::Object(utm))
 }
 
-/// Calls are not set up for widgets yet: the spec's disabled answer.
-fn callback_state() -> Value {
-    json!({ "result": "fail", "reason": "Callback disabled" })
+/// `isCallbackEnabled`'s result.
+fn callback_answer(state: Result<(), String>) -> Value {
+    match state {
+        Ok(()) => json!({ "result": "ok" }),
+        Err(reason) => json!({ "result": "fail", "reason": reason }),
+    }
 }
 
-async fn start_call(app: &App, req: Request<Incoming>) -> Resp {
-    let _: Value = match body(app, req).await {
+#[derive(Deserialize)]
+struct CallBody {
+    phone: Value,
+}
+
+/// `startCall(phone)`: a callback request agents see and take.
+async fn start_call(
+    app: &App,
+    req: Request<Incoming>,
+    channel: &Channel,
+    visitor: &Client,
+) -> Resp {
+    let b: CallBody = match body(app, req).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    json(StatusCode::OK, &callback_state())
+    let phone = match b.phone {
+        Value::String(p) if crate::core::widget::is_phone(&p) => p,
+        _ => return fail(StatusCode::BAD_REQUEST, "invalid phone number"),
+    };
+    match app
+        .conversations
+        .callback_state(channel, Some(visitor))
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(reason)) => return fail(StatusCode::CONFLICT, reason),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the callback state");
+            return Problem::unavailable().answer(Dialect::Widget);
+        }
+    }
+    let action = WidgetAction::StartCall(phone);
+    match app
+        .conversations
+        .handle(Inbound::Widget {
+            channel,
+            visitor,
+            action,
+        })
+        .await
+    {
+        Ok(_) => ok(),
+        Err(e) => core_fail(e),
+    }
 }
 
 /// Agent names by id, for the messages' `name`.
@@ -788,6 +855,15 @@ async fn visitor_frame(
             ("chat", json!({ "state": "accepted", "agent": agent }))
         }
         "chat.closed" => ("chat", json!({ "state": "closed", "agent": null })),
+        "chat.call" => {
+            let call = data.get("call")?;
+            let status = call["status"].as_str().unwrap_or("start");
+            let result = if status == "error" { "fail" } else { "ok" };
+            (
+                "call",
+                json!({ "status": status, "result": result, "reason": call["reason"] }),
+            )
+        }
         _ => return None,
     };
     Some(Bytes::from(format!("event: {event}\ndata: {payload}\n\n")))

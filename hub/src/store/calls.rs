@@ -45,12 +45,23 @@ pub struct StoredCall {
     pub phone: String,
 }
 
-/// The call `call_id` if `agent_id` reported it.
+/// `agent_id` of a call a widget visitor asked for, until an agent takes it.
+pub const NO_AGENT: i64 = 0;
+
+/// The call `call_id` if `agent_id` reported it, or if it is a visitor's
+/// request no agent has taken yet (the agent takes it by reporting on it).
 pub async fn of_agent(
     conn: &mut AnyConnection,
     call_id: i64,
     agent_id: i64,
 ) -> Result<Option<StoredCall>, StoreError> {
+    sqlx::query("UPDATE calls SET agent_id = $1 WHERE id = $2 AND agent_id = $3")
+        .bind(agent_id)
+        .bind(call_id)
+        .bind(NO_AGENT)
+        .execute(&mut *conn)
+        .await
+        .ctx("taking a call")?;
     let row: Option<(Option<i64>, String, String)> = sqlx::query_as(
         "SELECT chat_id, call_type, phone FROM calls WHERE id = $1 AND agent_id = $2",
     )
@@ -64,6 +75,27 @@ pub async fn of_agent(
         call_type,
         phone,
     }))
+}
+
+impl super::Store {
+    /// Whether the client has a call under way (asked for or running) that
+    /// changed since `since` (Unix ms).
+    pub async fn client_has_live_call(
+        &self,
+        client_id: i64,
+        since: i64,
+    ) -> Result<bool, StoreError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT id FROM calls WHERE client_id = $1 AND updated_at >= $2 \
+             AND status IN ('start', 'agent_connected', 'client_connected') LIMIT 1",
+        )
+        .bind(client_id)
+        .bind(since)
+        .fetch_optional(self.pool())
+        .await
+        .ctx("reading a client's calls")?;
+        Ok(row.is_some())
+    }
 }
 
 /// A new status of a call.

@@ -29,6 +29,8 @@ pub struct Channel {
     pub color: Option<String>,
     /// Origins allowed to use the widget's endpoints; empty: any.
     pub allowed_origins: Vec<String>,
+    /// The widget's callback calls; `None`: off.
+    pub calls: Option<crate::config::CallsConfig>,
 }
 
 /// How a channel's customers reach the hub.
@@ -71,10 +73,11 @@ pub struct NewChannel<'a> {
     pub kind: ChannelKind,
     pub color: Option<&'a str>,
     pub allowed_origins: &'a [String],
+    pub calls: Option<&'a crate::config::CallsConfig>,
 }
 
 const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at, \
-     webhook_url, webhook_secret, kind, color, allowed_origins";
+     webhook_url, webhook_secret, kind, color, allowed_origins, calls";
 
 fn origins_json(origins: &[String]) -> Option<String> {
     (!origins.is_empty()).then(|| serde_json::Value::from(origins.to_vec()).to_string())
@@ -103,7 +106,14 @@ fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
             .try_get::<Option<String>, _>("allowed_origins")?
             .and_then(|j| serde_json::from_str(&j).ok())
             .unwrap_or_default(),
+        calls: row
+            .try_get::<Option<String>, _>("calls")?
+            .and_then(|j| serde_json::from_str(&j).ok()),
     })
+}
+
+fn calls_json(calls: Option<&crate::config::CallsConfig>) -> Option<String> {
+    calls.and_then(|c| serde_json::to_string(c).ok())
 }
 
 impl Store {
@@ -112,8 +122,8 @@ impl Store {
         let mut w = self.begin_write().await?;
         let row = sqlx::query(&format!(
             "INSERT INTO channels (public_id, name, customer_endpoint, chunked, declared, created_at, \
-             kind, color, allowed_origins) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
+             kind, color, allowed_origins, calls) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {COLUMNS}"
         ))
         .bind(new.public_id)
         .bind(new.name)
@@ -124,6 +134,7 @@ impl Store {
         .bind(new.kind.as_str())
         .bind(new.color)
         .bind(origins_json(new.allowed_origins))
+        .bind(calls_json(new.calls))
         .fetch_one(&mut *w.tx)
         .await
         .ctx("inserting a channel")?;
@@ -156,12 +167,13 @@ impl Store {
         let mut w = self.begin_write().await?;
         sqlx::query(
             "UPDATE channels SET customer_endpoint = $1, chunked = $2, declared = 1, \
-             color = $3, allowed_origins = $4 WHERE id = $5",
+             color = $3, allowed_origins = $4, calls = $5 WHERE id = $6",
         )
         .bind(new.customer_endpoint)
         .bind(i64::from(new.chunked))
         .bind(new.color)
         .bind(origins_json(new.allowed_origins))
+        .bind(calls_json(new.calls))
         .bind(id)
         .execute(&mut *w.tx)
         .await

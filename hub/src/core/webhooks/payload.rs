@@ -337,10 +337,12 @@ pub async fn chat_finished(
 }
 
 /// `call_event` for a call the agent reported.
+/// `call_event`; `agent_id` is `None` for a widget visitor's callback
+/// request no agent has taken yet (the payload then has no `agent`).
 pub async fn call_event(
     conn: &mut Conn,
     chat_id: i64,
-    agent_id: i64,
+    agent_id: Option<i64>,
     call: Call,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
     let Some((client_id, _)) = chat_client(conn, chat_id).await? else {
@@ -349,8 +351,12 @@ pub async fn call_event(
     let Some(k) = known(conn, client_id).await? else {
         return Ok(None);
     };
-    let Some(agent) = agent(conn, agent_id).await? else {
-        return Ok(None);
+    let agent = match agent_id {
+        Some(id) => match agent(conn, id).await? {
+            Some(a) => Some(a),
+            None => return Ok(None),
+        },
+        None => None,
     };
     let page = page(conn, chat_id, &k).await?;
     let body = plugin_api::webhook::CallEvent {
