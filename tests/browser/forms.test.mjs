@@ -1,7 +1,7 @@
 // The widget's forms as a visitor fills them in: the offline form when no
-// agent is online, and the callback form (calls are not set up yet, so it
-// says why it cannot call); and what the page sets reaching the site's
-// webhooks.
+// agent is online, and the callback form (on a widget without calls it says
+// why it cannot call; with calls, the request reaches the agent, who calls
+// back); and what the page sets reaching the site's webhooks.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -16,6 +16,7 @@ let ann;
 let bob;
 let online;
 let quiet;
+let calling;
 
 before(async () => {
   hub = await startHub();
@@ -26,6 +27,7 @@ before(async () => {
   online = (await hub.widget({ name: 'shop', agents: ['ann@example.com'], webhook_url: `${site.base}/hook` })).widget.widget_id;
   // Bob never comes online; the shop's webhooks go to its own site.
   quiet = (await hub.widget({ name: 'night shop', agents: ['bob@example.com'], webhook_url: `${site.base}/hook` })).widget.widget_id;
+  calling = (await hub.widget({ name: 'call shop', agents: ['ann@example.com'], calls: { enabled: true } })).widget.widget_id;
   browser = await startBrowser();
 });
 
@@ -124,4 +126,32 @@ test('the page\'s user token and contact details reach the site\'s webhooks', { 
   );
   assert.equal(updated.visitor.name, 'Eve Visitor');
   assert.equal(updated.user_token, 'user-42-hard-to-guess');
+});
+
+test('with calls on, the visitor asks for a callback, the agent calls back, and the page follows the call', { timeout: TEST_TIMEOUT }, async (t) => {
+  const page = await arrive(t, calling);
+  const enabled = await page.evaluate(() => new Promise((resolve) => window.widget_api.isCallbackEnabled(resolve)));
+  assert.deepEqual(enabled, { result: 'ok' });
+  await api(page, 'open', { start: 'call' });
+  await w(page, 'hub-callback-phone').fill('+49 30 1234567');
+  await w(page, 'hub-callback-submit').click();
+  await waitFor(async () => (await events(page, 'widget_onCallStart')).length === 1, { what: 'widget_onCallStart' });
+
+  // The request waits in a chat of its own, with the number to call.
+  const view = await waitFor(async () => {
+    for (const c of await ann.chats()) {
+      const v = await ann.chat(c.id);
+      if (v.calls?.some((call) => call.phone === '+49 30 1234567')) return v;
+    }
+    return null;
+  }, { what: 'the callback request in the agent\'s chats' });
+  const call = view.calls.find((c) => c.phone === '+49 30 1234567');
+  assert.equal(call.type, 'callback');
+  assert.equal(call.agent_id, null, 'nobody has taken it yet');
+
+  const ended = await ann.call('PUT', `/calls/${call.id}`, { status: 'end' });
+  assert.equal(ended.status, 200, JSON.stringify(ended.body));
+  await waitFor(async () => (await events(page, 'widget_onCallEnd')).length === 1, { what: 'widget_onCallEnd' });
+  const [end] = await events(page, 'widget_onCallEnd');
+  assert.equal(end.args[0].result, 'ok');
 });

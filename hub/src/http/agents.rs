@@ -213,13 +213,14 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
     let integration = app.store.chat_integration(chat.id).await;
     let bot = app.store.chat_bot(chat.id).await;
     let extras = app.store.visitor_extras(chat.client_id).await;
+    let calls = app.store.calls_of_chat(chat.id).await.unwrap_or_default();
     match (client, messages, integration, bot, extras) {
         (Ok(Some(client)), Ok(messages), Ok(integration), Ok(bot), Ok(extras)) => json(
             StatusCode::OK,
             &json!({ "chat": chat, "client": client_view(&client), "messages": messages,
                      "integration": integration,
                      "bot": bot.map(|b| json!({ "id": b.bot_id, "name": b.name, "state": b.state })),
-                     "visitor": visitor_view(&client, extras) }),
+                     "visitor": visitor_view(&client, extras), "calls": calls }),
         ),
         (Ok(None), ..) => error(StatusCode::NOT_FOUND, "not_found", "no such chat"),
         (Err(e), ..)

@@ -78,6 +78,43 @@ pub async fn of_agent(
 }
 
 impl super::Store {
+    /// The calls of a chat, oldest first, as agents see them.
+    pub async fn calls_of_chat(&self, chat_id: i64) -> Result<Vec<serde_json::Value>, StoreError> {
+        type Row = (
+            i64,
+            i64,
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            i64,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, agent_id, call_type, phone, status, reason, record_url, updated_at \
+             FROM calls WHERE chat_id = $1 ORDER BY id",
+        )
+        .bind(chat_id)
+        .fetch_all(self.pool())
+        .await
+        .ctx("reading a chat's calls")?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, agent, kind, phone, status, reason, record_url, at)| {
+                serde_json::json!({
+                    "id": id,
+                    "agent_id": (agent != NO_AGENT).then_some(agent),
+                    "type": kind,
+                    "phone": phone,
+                    "status": status,
+                    "reason": reason,
+                    "record_url": record_url,
+                    "updated_at": at,
+                })
+            })
+            .collect())
+    }
+
     /// Whether the client has a call under way (asked for or running) that
     /// changed since `since` (Unix ms).
     pub async fn client_has_live_call(
