@@ -170,7 +170,7 @@ pub struct ChannelConfig {
     /// `custom` (an integrator's server) or `widget` (the hub's script in
     /// visitors' browsers).
     #[serde(default, rename = "type")]
-    pub kind: crate::store::ChannelKind,
+    pub kind: ChannelType,
     /// A widget's id as pages embed it; random when not given.
     #[serde(default)]
     pub widget_id: Option<String>,
@@ -422,7 +422,7 @@ impl Config {
                     ch.name
                 ));
             }
-            let widget = ch.kind == crate::store::ChannelKind::Widget;
+            let widget = ch.kind == ChannelType::Widget;
             if !widget && ch.customer_endpoint.is_empty() {
                 problems.push(format!(
                     "channels[{i}].customer_endpoint: required (the integrator's endpoint; \
@@ -563,6 +563,17 @@ fn value_key_at(value: &toml::Spanned<toml::de::DeValue<'_>>, at: usize) -> Opti
         _ => {}
     }
     value.span().contains(&at).then(String::new)
+}
+
+/// `[[channels]] type`: how a channel's customers reach the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelType {
+    /// An integrator's server.
+    #[default]
+    Custom,
+    /// The hub's script in visitors' browsers.
+    Widget,
 }
 
 /// Checks a widget's settings: every problem, each naming its key

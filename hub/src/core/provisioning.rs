@@ -53,7 +53,10 @@ impl From<&ChannelConfig> for ChannelSpec {
             agents: c.agents.clone(),
             webhook_url: c.webhook_url.clone(),
             webhook_secret: c.webhook_secret.clone(),
-            kind: c.kind,
+            kind: match c.kind {
+                crate::config::ChannelType::Custom => ChannelKind::Custom,
+                crate::config::ChannelType::Widget => ChannelKind::Widget,
+            },
             widget_id: c.widget_id.clone(),
             color: c.color.clone(),
             allowed_origins: c.allowed_origins.clone(),
@@ -74,7 +77,10 @@ impl ChannelSpec {
             kind: self.kind,
             color: self.color.as_deref(),
             allowed_origins: &self.allowed_origins,
-            calls: self.calls.as_ref(),
+            calls: self
+                .calls
+                .as_ref()
+                .and_then(|c| serde_json::to_value(c).ok()),
         }
     }
 
@@ -165,7 +171,7 @@ pub struct WidgetView {
     pub allowed_origins: Vec<String>,
     /// Callback calls; absent: off.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub calls: Option<crate::config::CallsConfig>,
+    pub calls: Option<serde_json::Value>,
 }
 
 /// A widget's colour when none is set.

@@ -189,10 +189,16 @@ impl Conversations {
         visitor: Option<&Client>,
     ) -> Result<Result<(), String>, StoreError> {
         let now = now_ms();
-        let config = channel.calls.as_ref();
-        if let Err(reason) = config.map_or(Err(crate::config::CALLBACK_DISABLED), |c| {
-            c.available_at(now)
-        }) {
+        let config: Option<crate::config::CallsConfig> = channel
+            .calls
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        if let Err(reason) = config
+            .as_ref()
+            .map_or(Err(crate::config::CALLBACK_DISABLED), |c| {
+                c.available_at(now)
+            })
+        {
             return Ok(Err(reason.to_owned()));
         }
         if let Some(v) = visitor

@@ -29,8 +29,9 @@ pub struct Channel {
     pub color: Option<String>,
     /// Origins allowed to use the widget's endpoints; empty: any.
     pub allowed_origins: Vec<String>,
-    /// The widget's callback calls; `None`: off.
-    pub calls: Option<crate::config::CallsConfig>,
+    /// The widget's callback calls as configured (JSON; the core reads it as
+    /// `config::CallsConfig`); `None`: off.
+    pub calls: Option<serde_json::Value>,
 }
 
 /// How a channel's customers reach the hub.
@@ -73,7 +74,7 @@ pub struct NewChannel<'a> {
     pub kind: ChannelKind,
     pub color: Option<&'a str>,
     pub allowed_origins: &'a [String],
-    pub calls: Option<&'a crate::config::CallsConfig>,
+    pub calls: Option<serde_json::Value>,
 }
 
 const COLUMNS: &str = "id, public_id, name, customer_endpoint, chunked, declared, created_at, \
@@ -112,8 +113,8 @@ fn from_row(row: &AnyRow) -> Result<Channel, sqlx::Error> {
     })
 }
 
-fn calls_json(calls: Option<&crate::config::CallsConfig>) -> Option<String> {
-    calls.and_then(|c| serde_json::to_string(c).ok())
+fn calls_json(calls: Option<&serde_json::Value>) -> Option<String> {
+    calls.map(serde_json::Value::to_string)
 }
 
 impl Store {
@@ -134,7 +135,7 @@ impl Store {
         .bind(new.kind.as_str())
         .bind(new.color)
         .bind(origins_json(new.allowed_origins))
-        .bind(calls_json(new.calls))
+        .bind(calls_json(new.calls.as_ref()))
         .fetch_one(&mut *w.tx)
         .await
         .ctx("inserting a channel")?;
@@ -173,7 +174,7 @@ impl Store {
         .bind(i64::from(new.chunked))
         .bind(new.color)
         .bind(origins_json(new.allowed_origins))
-        .bind(calls_json(new.calls))
+        .bind(calls_json(new.calls.as_ref()))
         .bind(id)
         .execute(&mut *w.tx)
         .await
