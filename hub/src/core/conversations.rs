@@ -305,6 +305,16 @@ impl Conversations {
     pub async fn set_agent_online(&self, agent: &Agent, online: bool) -> Result<(), StoreError> {
         self.store.set_agent_online(agent.id, online).await?;
         self.pipeline.forget_context();
+        // Widget pages show whether anyone is there: tell them at once.
+        for channel_id in self.store.agent_channel_ids(&agent.email).await? {
+            let available = self.store.channel_has_online_agent(channel_id).await?;
+            self.publish_to(
+                channel_id,
+                0,
+                "channel.availability",
+                json!({ "online": available }),
+            );
+        }
         Ok(())
     }
 

@@ -777,8 +777,9 @@ async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
         let mut chats = chats;
         let mut names: HashMap<i64, String> = HashMap::new();
         let mut keepalive = tokio::time::interval(Duration::from_secs(15));
-        // Agents going on- or offline are not events of a chat: look now and then.
-        let mut mode = tokio::time::interval(Duration::from_secs(5));
+        // Agents of this hub going on- or offline arrive as events at once;
+        // another hub on the same database is only seen by looking now and then.
+        let mut mode = tokio::time::interval(Duration::from_secs(15));
         if tx
             .send(Bytes::from_static(b": connected\n\n"))
             .await
@@ -789,6 +790,14 @@ async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
         loop {
             let frame = tokio::select! {
                 update = updates.recv() => match update {
+                    Ok(ev) if ev.channel_id == channel_id && ev.kind == "channel.availability" => {
+                        let now = ev.data["online"].as_bool().unwrap_or(online);
+                        if now == online {
+                            continue;
+                        }
+                        online = now;
+                        mode_frame(online)
+                    }
                     Ok(ev) if ev.channel_id == channel_id => {
                         if ev.kind == "chat.opened"
                             && ev.data["client"]["id"].as_i64() == Some(visitor.id)
@@ -815,8 +824,7 @@ async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
                         continue;
                     }
                     online = now;
-                    let m = if online { "online" } else { "offline" };
-                    Bytes::from(format!("event: mode\ndata: {}\n\n", json!({ "chat_mode": m })))
+                    mode_frame(online)
                 }
                 _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
                 _ = shutdown.changed() => break,
@@ -827,6 +835,15 @@ async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
         }
     });
     event_stream(rx)
+}
+
+/// The page's `mode` event: whether an agent is there.
+fn mode_frame(online: bool) -> Bytes {
+    let m = if online { "online" } else { "offline" };
+    Bytes::from(format!(
+        "event: mode\ndata: {}\n\n",
+        json!({ "chat_mode": m })
+    ))
 }
 
 /// What a live event of the visitor's chat tells their page, if anything.
