@@ -1879,3 +1879,58 @@ async fn outside_the_call_hours_the_page_is_told_why_and_nothing_is_asked() {
     );
     site.hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn with_a_geoip_database_the_visitors_country_and_city_reach_the_agent_and_the_webhooks() {
+    use hub::http::geoip::testing::{Place, database};
+    let receiver = Integrator::start().await;
+    // A database in MaxMind's format in which loopback is in Berlin.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("test-City.mmdb");
+    let place = Place {
+        country_code: "DE",
+        country: "Germany",
+        region_code: "BE",
+        region: "Berlin",
+        city: "Berlin",
+        latitude: 52.5,
+        longitude: 13.25,
+    };
+    std::fs::write(&path, database("127.0.0.0".parse().expect("ip"), 8, &place))
+        .expect("write the database");
+    let hub = TestHub::start_with_config(
+        HubOptions {
+            extra_toml: FAST_WEBHOOKS.to_owned(),
+            ..HubOptions::default()
+        },
+        |config| config.geoip.database = Some(path.clone()),
+    )
+    .await;
+    let ann = hub.create_agent("Ann", "ann@example.com").await;
+    let (status, channel) = admin(
+        &hub,
+        Method::POST,
+        "/admin/v1/channels",
+        Some(
+            json!({ "name": "shop", "type": "widget", "widget_id": WIDGET_ID,
+                     "agents": ["ann@example.com"], "webhook_url": receiver.url }),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{channel}");
+    let site = Site { hub, ann, receiver };
+    let visitor = site.visitor().await;
+    visitor.say("Do you deliver to Berlin?").await;
+    let chat = site.chat_of(&visitor).await;
+    let expected = json!({ "country_code": "DE", "country": "Germany", "region_code": "BE",
+                           "region": "Berlin", "city": "Berlin", "latitude": "52.5",
+                           "longitude": "13.25" });
+    let view = site.ann.chat(chat).await;
+    assert_eq!(view["visitor"]["geoip"], expected, "{view}");
+    site.act(chat, "accept").await;
+    let accepted = site
+        .webhook("chat_accepted", |w| w["chat_id"] == chat)
+        .await;
+    assert_eq!(accepted["session"]["geoip"], expected, "{accepted}");
+    site.hub.shutdown().await;
+}

@@ -40,6 +40,8 @@ pub enum StartError {
     Runtime(#[from] RuntimeError),
     #[error("plugins:\n  {}", .0.join("\n  "))]
     Plugins(Vec<String>),
+    #[error("geoip.database: {0}")]
+    GeoIp(String),
 }
 
 /// Why a reload kept the old wiring.
@@ -194,6 +196,12 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     provisioning::sync_declared(&store, &config.channels).await?;
     let path_secret = provisioning::path_secret(&store).await?;
     let visitor_keys = crate::core::widget::VisitorKeys::load(&store).await?;
+    let geoip = match &config.geoip.database {
+        Some(path) => Some(Arc::new(
+            crate::http::geoip::GeoIp::open(&config.resolve(path)).map_err(StartError::GeoIp)?,
+        )),
+        None => None,
+    };
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: config.server.listen,
         source,
@@ -257,6 +265,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         path_secret,
         visitor_keys,
         widget_limits: Default::default(),
+        geoip,
         shutdown: shutdown.clone(),
     });
     let deliverer = tokio::spawn(deliverer.run(shutdown.clone(), grace));

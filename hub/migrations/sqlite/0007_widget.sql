@@ -14,6 +14,8 @@ ALTER TABLE clients ADD COLUMN referrer TEXT;
 ALTER TABLE clients ADD COLUMN ip TEXT;
 ALTER TABLE clients ADD COLUMN user_agent TEXT;
 ALTER TABLE clients ADD COLUMN utm_json TEXT;
+-- Country, region and city of the visitor's address (JSON), with a GeoIP database.
+ALTER TABLE clients ADD COLUMN geoip_json TEXT;
 -- When the visitor last opened a page: a page opened 30 minutes or more
 -- after the previous one starts a new visit (`visits_count`).
 ALTER TABLE clients ADD COLUMN last_visit_at BIGINT;

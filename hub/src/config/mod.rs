@@ -59,6 +59,8 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     #[serde(default)]
     pub bots: Vec<BotConfig>,
+    #[serde(default)]
+    pub geoip: GeoIpConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
     #[serde(skip)]
@@ -137,6 +139,16 @@ pub enum Durability {
     #[default]
     Full,
     Normal,
+}
+
+/// `[geoip]`: where widget visitors' countries and cities come from.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoIpConfig {
+    /// A GeoIP2/GeoLite2 City database file (MaxMind format); without one,
+    /// `session.geoip` stays empty.
+    #[serde(default)]
+    pub database: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -472,6 +484,16 @@ impl Config {
                         "channels[{i}].agents[{j}]: `{agent}` is not an e-mail address"
                     ));
                 }
+            }
+        }
+        if let Some(db) = &self.geoip.database {
+            let path = self.resolve(db);
+            if let Err(e) = std::fs::metadata(&path) {
+                // The path as written: relative ones are relative to the file.
+                problems.push(format!(
+                    "geoip.database: cannot read `{}`: {e}",
+                    db.display()
+                ));
             }
         }
         wiring::check(self, env, problems);

@@ -246,6 +246,7 @@ fn visitor_view(client: &crate::store::Client, x: crate::store::widget::VisitorE
         "utm_json": parse(x.utm_json),
         "user_agent": x.user_agent,
         "ip": x.ip,
+        "geoip": parse(x.geoip_json),
         "visits_count": x.visits_count,
         "description": x.description,
     })

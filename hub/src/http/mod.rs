@@ -6,6 +6,7 @@ pub mod admin;
 pub mod agents;
 pub mod bots;
 pub mod channel;
+pub mod geoip;
 pub mod limits;
 pub mod metrics;
 pub mod problem;

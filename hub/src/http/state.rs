@@ -29,6 +29,8 @@ pub struct App {
     pub admin_token: Option<String>,
     /// Signs and checks widget visitors' tokens.
     pub visitor_keys: crate::core::widget::VisitorKeys,
+    /// `[geoip] database`, opened once.
+    pub geoip: Option<std::sync::Arc<crate::http::geoip::GeoIp>>,
     /// Rate limits of the widget's public endpoints.
     pub widget_limits: crate::http::limits::WidgetLimits,
     /// Turns true when the hub stops; long-lived responses end on it.

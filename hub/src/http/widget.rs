@@ -367,6 +367,10 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
     let title = bounded(b.page.title);
     let referrer = bounded(b.page.referrer);
     let utm = url.as_deref().and_then(utm_of).map(|u| u.to_string());
+    let geoip = match (&app.geoip, ip.as_deref().and_then(|i| i.parse().ok())) {
+        (Some(db), Some(addr)) => db.lookup(addr).map(|g| g.to_string()),
+        _ => None,
+    };
     let page = PageReport {
         url: url.as_deref(),
         title: title.as_deref(),
@@ -374,6 +378,7 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
         ip: ip.as_deref(),
         user_agent: user_agent.as_deref(),
         utm_json: utm.as_deref(),
+        geoip_json: geoip.as_deref(),
     };
     let started = app
         .conversations

@@ -68,6 +68,8 @@ pub struct ClientCard {
     pub utm_json: Option<String>,
     pub ip: Option<String>,
     pub user_agent: Option<String>,
+    /// Country, region, city of `ip` (JSON text), with a GeoIP database.
+    pub geoip_json: Option<String>,
 }
 
 /// The client `client_id` for a webhook payload; `None` if there is none.
@@ -79,7 +81,7 @@ pub async fn client_card(
         "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
          c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
          c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count, \
-         c.page_title, c.utm_json, c.ip, c.user_agent \
+         c.page_title, c.utm_json, c.ip, c.user_agent, c.geoip_json \
          FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
     )
     .bind(client_id)
@@ -108,6 +110,7 @@ pub async fn client_card(
         utm_json: text("utm_json")?,
         ip: text("ip")?,
         user_agent: text("user_agent")?,
+        geoip_json: text("geoip_json")?,
     }))
 }
 

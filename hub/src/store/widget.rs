@@ -1,7 +1,7 @@
 //! Widget visitors: their client rows by visitor key, the session the page
 //! reports, custom data, user token, history and the attribute-call budget.
 
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, Row};
 
 use super::chats::{CLIENT_COLUMNS, MESSAGE_COLUMNS, client_from_row, message_from_row};
 use super::{Client, Ctx, MessageRow, Store, StoreError};
@@ -16,6 +16,8 @@ pub struct PageReport<'a> {
     pub user_agent: Option<&'a str>,
     /// `utm_json` as JSON text.
     pub utm_json: Option<&'a str>,
+    /// Country, region, city of `ip` as JSON text (with a GeoIP database).
+    pub geoip_json: Option<&'a str>,
 }
 
 /// A page opened this long after the previous one starts a new visit.
@@ -35,6 +37,7 @@ pub async fn set_page(
         "UPDATE clients SET url = COALESCE($1, url), page_title = COALESCE($2, page_title), \
          referrer = COALESCE($3, referrer), ip = COALESCE($4, ip), \
          user_agent = COALESCE($5, user_agent), utm_json = COALESCE($6, utm_json), \
+         geoip_json = COALESCE($11, geoip_json), \
          visits_count = visits_count + CASE WHEN $7 = 1 AND (last_visit_at IS NULL \
              OR last_visit_at <= $8 - $10) THEN 1 ELSE 0 END, \
          last_visit_at = CASE WHEN $7 = 1 THEN $8 ELSE last_visit_at END, \
@@ -50,6 +53,7 @@ pub async fn set_page(
     .bind(now)
     .bind(client_id)
     .bind(VISIT_GAP_MS)
+    .bind(page.geoip_json)
     .execute(conn)
     .await
     .ctx("recording a visitor's page")?;
@@ -143,6 +147,7 @@ pub struct VisitorExtras {
     pub ip: Option<String>,
     pub user_agent: Option<String>,
     pub utm_json: Option<String>,
+    pub geoip_json: Option<String>,
     pub visits_count: i64,
     pub history_from: Option<i64>,
 }
@@ -162,52 +167,30 @@ impl Store {
     }
 
     pub async fn visitor_extras(&self, client_id: i64) -> Result<VisitorExtras, StoreError> {
-        type Row = (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            i64,
-            Option<i64>,
-        );
-        let row: Option<Row> = sqlx::query_as(
+        let row = sqlx::query(
             "SELECT description, widget_custom_data, page_title, referrer, ip, user_agent, \
-             utm_json, visits_count, history_from FROM clients WHERE id = $1",
+             utm_json, geoip_json, visits_count, history_from FROM clients WHERE id = $1",
         )
         .bind(client_id)
         .fetch_optional(self.pool())
         .await
         .ctx("reading a visitor")?;
-        Ok(row
-            .map(
-                |(
-                    description,
-                    custom_data,
-                    page_title,
-                    referrer,
-                    ip,
-                    user_agent,
-                    utm,
-                    visits,
-                    from,
-                )| {
-                    VisitorExtras {
-                        description,
-                        custom_data,
-                        page_title,
-                        referrer,
-                        ip,
-                        user_agent,
-                        utm_json: utm,
-                        visits_count: visits,
-                        history_from: from,
-                    }
-                },
-            )
-            .unwrap_or_default())
+        let Some(row) = row else {
+            return Ok(VisitorExtras::default());
+        };
+        let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a visitor");
+        Ok(VisitorExtras {
+            description: text("description")?,
+            custom_data: text("widget_custom_data")?,
+            page_title: text("page_title")?,
+            referrer: text("referrer")?,
+            ip: text("ip")?,
+            user_agent: text("user_agent")?,
+            utm_json: text("utm_json")?,
+            geoip_json: text("geoip_json")?,
+            visits_count: row.try_get("visits_count").ctx("reading a visitor")?,
+            history_from: row.try_get("history_from").ctx("reading a visitor")?,
+        })
     }
 
     /// The visitor's messages in all their chats since `from`, oldest first,

@@ -55,7 +55,7 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
         url: card.url,
         page_title: card.page_title,
         session: Session {
-            geoip: None,
+            geoip: card.geoip_json.and_then(|g| serde_json::from_str(&g).ok()),
             utm: None,
             utm_json: card.utm_json.and_then(|u| serde_json::from_str(&u).ok()),
             ip_addr: card.ip,
