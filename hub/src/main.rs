@@ -373,7 +373,18 @@ async fn deliveries(config: Config, cmd: DeliveriesCommand) -> Result<()> {
 }
 
 async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
-    match tryout::check_plugins(config).await {
+    let mut checked = tryout::check_plugins(config).await;
+    // The GeoIP file must be a database the hub can read, not only a file.
+    if let Some(db) = &config.geoip.database
+        && let Err(e) = hub::http::geoip::GeoIp::open(&config.resolve(db))
+    {
+        let problem = format!("geoip.database: {e}");
+        match &mut checked {
+            Ok(_) => checked = Err(vec![problem]),
+            Err(problems) => problems.push(problem),
+        }
+    }
+    match checked {
         Ok(n) => out(&format!("{}: ok ({n} plugins)", file.display())),
         Err(problems) => {
             let lines: Vec<String> = problems
