@@ -13,6 +13,13 @@ if [ ! -x /usr/bin/chromium ]; then
     apt-get update
     apt-get install -y chromium
 fi
+# Firefox too: the widget must work in both. playwright-core drives only its
+# own Firefox builds, so tests/browser/firefox.test.mjs uses Debian's
+# firefox-esr in its headless screenshot mode instead.
+if [ ! -x /usr/bin/firefox-esr ]; then
+    apt-get update
+    apt-get install -y firefox-esr
+fi
 # Node runs the tests with its built-in runner; playwright-core needs Node 20+.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     apt-get update
