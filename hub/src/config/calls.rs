@@ -1,6 +1,6 @@
 //! A widget's callback calls (`[[channels]] calls = {…}`): whether visitors
-//! may ask to be called back, and when (weekdays and hours at a fixed UTC
-//! offset, so no time-zone database is needed).
+//! may ask to be called back, and when (weekdays and hours in a time zone,
+//! by IANA name with daylight saving time, or at a fixed UTC offset).
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,12 @@ use serde::{Deserialize, Serialize};
 pub struct CallsConfig {
     #[serde(default)]
     pub enabled: bool,
-    /// The schedule's offset from UTC, `+01:00` or `-05:30`.
+    /// The schedule's time zone, `Europe/Berlin` (daylight saving time
+    /// included); takes precedence over `utc_offset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// The schedule's fixed offset from UTC, `+01:00` or `-05:30`, when no
+    /// `time_zone` is given.
     #[serde(default = "utc")]
     pub utc_offset: String,
     /// When calls are taken; none: at any time.
@@ -64,6 +69,13 @@ impl CallsConfig {
     /// Every problem, each naming its key under `calls`.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(zone) = &self.time_zone
+            && jiff::tz::TimeZone::get(zone).is_err()
+        {
+            out.push(format!(
+                "calls.time_zone: `{zone}` is not a time zone like Europe/Berlin"
+            ));
+        }
         if offset_minutes(&self.utc_offset).is_none() {
             out.push(format!(
                 "calls.utc_offset: `{}` is not an offset like +01:00",
@@ -101,11 +113,7 @@ impl CallsConfig {
         if self.hours.is_empty() {
             return Ok(());
         }
-        let local = now_ms.div_euclid(60_000) + offset_minutes(&self.utc_offset).unwrap_or(0);
-        let day = local.div_euclid(24 * 60);
-        let minute = local.rem_euclid(24 * 60);
-        // 1970-01-01 was a Thursday.
-        let weekday = DAYS[(day + 4).rem_euclid(7) as usize];
+        let (weekday, minute) = self.local_time(now_ms);
         let open = self.hours.iter().any(|h| {
             h.days.iter().any(|d| d == weekday)
                 && matches!(
@@ -114,6 +122,25 @@ impl CallsConfig {
                 )
         });
         if open { Ok(()) } else { Err(OUTSIDE_HOURS) }
+    }
+
+    /// The weekday and the minute of the day at `now_ms` where the calls are taken.
+    fn local_time(&self, now_ms: i64) -> (&'static str, i64) {
+        let zoned = self.time_zone.as_deref().and_then(|zone| {
+            let tz = jiff::tz::TimeZone::get(zone).ok()?;
+            let at = tz.to_datetime(jiff::Timestamp::from_millisecond(now_ms).ok()?);
+            let weekday = DAYS[usize::from(at.weekday().to_sunday_zero_offset().unsigned_abs())];
+            Some((weekday, i64::from(at.hour()) * 60 + i64::from(at.minute())))
+        });
+        zoned.unwrap_or_else(|| {
+            let local = now_ms.div_euclid(60_000) + offset_minutes(&self.utc_offset).unwrap_or(0);
+            // 1970-01-01 was a Thursday.
+            let day = local.div_euclid(24 * 60);
+            (
+                DAYS[(day + 4).rem_euclid(7) as usize],
+                local.rem_euclid(24 * 60),
+            )
+        })
     }
 }
 
@@ -124,6 +151,7 @@ mod tests {
     fn weekdays_9_to_18(offset: &str) -> CallsConfig {
         CallsConfig {
             enabled: true,
+            time_zone: None,
             utc_offset: offset.to_owned(),
             hours: vec![CallHours {
                 days: ["mon", "tue", "wed", "thu", "fri"]
@@ -157,6 +185,20 @@ mod tests {
     }
 
     #[test]
+    fn a_time_zone_follows_daylight_saving_time() {
+        let mut berlin = weekdays_9_to_18("+00:00");
+        berlin.time_zone = Some("Europe/Berlin".into());
+        // November: Berlin is UTC+1, so 08:30 UTC is 09:30 there.
+        assert_eq!(berlin.available_at(wednesday(8, 30)), Ok(()));
+        assert_eq!(berlin.available_at(wednesday(7, 30)), Err(OUTSIDE_HOURS));
+        // 2026-07-01, a Wednesday: Berlin is UTC+2, so 07:30 UTC is 09:30.
+        let july = (1_782_864_000 + 7 * 3600 + 30 * 60) * 1000;
+        assert_eq!(berlin.available_at(july), Ok(()));
+        berlin.time_zone = Some("Mars/Olympus".into());
+        assert!(berlin.problems()[0].starts_with("calls.time_zone"));
+    }
+
+    #[test]
     fn disabled_calls_give_the_specs_reason_and_no_hours_mean_always() {
         let mut c = weekdays_9_to_18("+00:00");
         c.enabled = false;
@@ -170,6 +212,7 @@ mod tests {
     fn problems_name_their_keys() {
         let bad = CallsConfig {
             enabled: true,
+            time_zone: None,
             utc_offset: "CET".into(),
             hours: vec![CallHours {
                 days: vec!["monday".into()],
