@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::support::{
-    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub,
-    eventually, plugin_toml, serve,
+    HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub, eventually,
+    plugin_toml, serve,
 };
 
 /// Generous: CI machines are slow and have two cores.
@@ -71,16 +71,7 @@ fn assert_refused(label: &str, (status, body): &(u16, Value), expected: u16, cod
 
 /// An admin request; the status and the JSON answer.
 async fn admin(hub: &TestHub, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = hub
-        .http
-        .request(method, hub.url(path))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("admin request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    hub.admin(method, path, body).await
 }
 
 async fn create_bot(hub: &TestHub, body: Value) -> Value {

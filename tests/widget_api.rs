@@ -86,16 +86,7 @@ async fn request(
 
 /// An admin request; the status and the JSON answer.
 async fn admin(hub: &TestHub, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = hub
-        .http
-        .request(method, hub.url(path))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("admin request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    hub.admin(method, path, body).await
 }
 
 /// Asserts the widget's refusal: the status and `{"result":"fail","reason"}`.
@@ -234,6 +225,23 @@ impl Site {
         .await;
         assert_eq!(status, 200, "{v}");
         v["deliveries"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A widget has no integrator: apart from webhooks, no delivery waits or failed.
+    async fn assert_nothing_sent_to_an_integrator(&self) {
+        for state in ["pending", "failed"] {
+            let stuck: Vec<Value> = self
+                .deliveries(state)
+                .await
+                .into_iter()
+                .filter(|d| {
+                    !d["kind"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with("webhook."))
+                })
+                .collect();
+            assert!(stuck.is_empty(), "{state} deliveries: {stuck:?}");
+        }
     }
 }
 
@@ -981,19 +989,7 @@ async fn a_visitor_and_an_agent_talk_live_and_the_replies_go_to_no_integrator() 
         .collect();
     assert_eq!(agent_messages.len(), 1, "{view}");
     assert_eq!(agent_messages[0]["delivery"], "delivered", "{view}");
-    for state in ["pending", "failed"] {
-        let stuck: Vec<Value> = site
-            .deliveries(state)
-            .await
-            .into_iter()
-            .filter(|d| {
-                !d["kind"]
-                    .as_str()
-                    .is_some_and(|k| k.starts_with("webhook."))
-            })
-            .collect();
-        assert!(stuck.is_empty(), "{state} deliveries: {stuck:?}");
-    }
+    site.assert_nothing_sent_to_an_integrator().await;
     for r in site.receiver.requests() {
         assert!(
             r.json().get("event_name").is_some(),
@@ -1729,19 +1725,7 @@ async fn a_bot_on_a_widget_talks_to_the_visitor_with_buttons_and_posts_to_no_int
         bot_messages.iter().all(|m| m["delivery"] == "delivered"),
         "{view}"
     );
-    for state in ["pending", "failed"] {
-        let stuck: Vec<Value> = site
-            .deliveries(state)
-            .await
-            .into_iter()
-            .filter(|d| {
-                !d["kind"]
-                    .as_str()
-                    .is_some_and(|k| k.starts_with("webhook."))
-            })
-            .collect();
-        assert!(stuck.is_empty(), "{state} deliveries: {stuck:?}");
-    }
+    site.assert_nothing_sent_to_an_integrator().await;
     site.hub.shutdown().await;
 }
 

@@ -212,6 +212,25 @@ impl TestHub {
         format!("{}{path}", self.base)
     }
 
+    /// An admin request with the admin token; the status and the JSON answer.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("admin request");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn admin_post(&self, path: &str, body: Value) -> reqwest::Response {
         self.http
             .post(self.url(path))
