@@ -2,21 +2,18 @@
 
 pub mod crm;
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::channel::agent_message_body_from_value;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
 
 use crate::core::conversations::{CoreError, client_view};
 use crate::core::{Handled, Inbound};
-use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
+use crate::http::{App, live_stream};
 use crate::ids::token_hash;
 use crate::store::Agent;
 
@@ -287,42 +284,40 @@ async fn stream(app: &App, agent: &Agent) -> Resp {
             return unavailable();
         }
     };
-    let mut updates = app.live.subscribe();
-    let mut shutdown = app.shutdown.clone();
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let agent_id = agent.id;
-    tokio::spawn(async move {
-        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
-        if tx
-            .send(Bytes::from_static(b": connected\n\n"))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        loop {
-            let frame = tokio::select! {
-                update = updates.recv() => match update {
-                    Ok(ev) if channels.contains(&ev.channel_id) => {
-                        let data = json!({ "chat_id": ev.chat_id, "channel_id": ev.channel_id, "data": ev.data });
-                        Bytes::from(format!("event: {}\ndata: {}\n\n", ev.kind, data))
-                    }
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(agent = agent_id, missed = n, "agent stream fell behind");
-                        Bytes::from(format!("event: lagged\ndata: {{\"missed\":{n}}}\n\n"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
-                _ = shutdown.changed() => break,
-            };
-            if tx.send(frame).await.is_err() {
-                break;
+    live_stream::open(
+        app,
+        AgentFrames {
+            channels,
+            agent_id: agent.id,
+        },
+    )
+}
+
+/// An agent's stream: every event of the agent's channels.
+struct AgentFrames {
+    channels: Vec<i64>,
+    agent_id: i64,
+}
+
+impl live_stream::Frames for AgentFrames {
+    async fn frame(&mut self, update: live_stream::Update) -> Option<Bytes> {
+        match update {
+            live_stream::Update::Event(ev) if self.channels.contains(&ev.channel_id) => {
+                let data =
+                    json!({ "chat_id": ev.chat_id, "channel_id": ev.channel_id, "data": ev.data });
+                Some(live_stream::frame(ev.kind, &data))
             }
+            live_stream::Update::Lagged(n) => {
+                tracing::warn!(
+                    agent = self.agent_id,
+                    missed = n,
+                    "agent stream fell behind"
+                );
+                Some(live_stream::frame("lagged", &json!({ "missed": n })))
+            }
+            _ => None,
         }
-    });
-    crate::http::respond::event_stream(rx)
+    }
 }
 
 #[derive(serde::Deserialize)]

@@ -8,6 +8,7 @@ pub mod bots;
 pub mod channel;
 pub mod geoip;
 pub mod limits;
+pub mod live_stream;
 pub mod metrics;
 pub mod problem;
 pub mod respond;

@@ -18,17 +18,14 @@ use plugin_api::widget::{ContactInfo, CustomDataField, OfflineMessageInput};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{broadcast, mpsc};
 
 use crate::core::conversations::{CoreError, Ingested};
 use crate::core::offline::OfflineOutcome;
 use crate::core::widget::WidgetAction;
 use crate::core::{Handled, Inbound};
-use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{
-    Resp, bearer, event_stream, full, json, parse_json, read_body, text, with_type,
-};
+use crate::http::respond::{Resp, bearer, full, json, parse_json, read_body, text, with_type};
+use crate::http::{App, live_stream};
 use crate::store::widget::PageReport;
 use crate::store::{Author, Channel, Client, MessageRow};
 
@@ -768,78 +765,84 @@ async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
             return Problem::unavailable().answer(Dialect::Widget);
         }
     };
-    let mut online = app
+    let online = app
         .store
         .channel_has_online_agent(channel.id)
         .await
         .unwrap_or(false);
-    let mut updates = app.live.subscribe();
-    let mut shutdown = app.shutdown.clone();
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let store = app.store.clone();
-    let channel_id = channel.id;
-    tokio::spawn(async move {
-        let mut chats = chats;
-        let mut names: HashMap<i64, String> = HashMap::new();
-        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+    live_stream::open(
+        app,
+        VisitorFrames {
+            store: app.store.clone(),
+            channel_id: channel.id,
+            visitor_id: visitor.id,
+            chats,
+            names: HashMap::new(),
+            online,
+        },
+    )
+}
+
+/// A visitor's stream: the events of their own chats, and the channel's mode.
+struct VisitorFrames {
+    store: crate::store::Store,
+    channel_id: i64,
+    visitor_id: i64,
+    chats: HashSet<i64>,
+    /// Agent names by id, read once per stream.
+    names: HashMap<i64, String>,
+    online: bool,
+}
+
+impl VisitorFrames {
+    /// The `mode` frame if the channel's availability changed.
+    fn mode(&mut self, now: bool) -> Option<Bytes> {
+        if now == self.online {
+            return None;
+        }
+        self.online = now;
+        Some(mode_frame(now))
+    }
+}
+
+impl live_stream::Frames for VisitorFrames {
+    fn tick(&self) -> Option<Duration> {
         // Agents of this hub going on- or offline arrive as events at once;
         // another hub on the same database is only seen by looking now and then.
-        let mut mode = tokio::time::interval(Duration::from_secs(15));
-        if tx
-            .send(Bytes::from_static(b": connected\n\n"))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        loop {
-            let frame = tokio::select! {
-                update = updates.recv() => match update {
-                    Ok(ev) if ev.channel_id == channel_id && ev.kind == "channel.availability" => {
-                        let now = ev.data["online"].as_bool().unwrap_or(online);
-                        if now == online {
-                            continue;
-                        }
-                        online = now;
-                        mode_frame(online)
-                    }
-                    Ok(ev) if ev.channel_id == channel_id => {
-                        if ev.kind == "chat.opened"
-                            && ev.data["client"]["id"].as_i64() == Some(visitor.id)
-                        {
-                            chats.insert(ev.chat_id);
-                        }
-                        if !chats.contains(&ev.chat_id) {
-                            continue;
-                        }
-                        match visitor_frame(&store, &mut names, ev.kind, &ev.data).await {
-                            Some(frame) => frame,
-                            None => continue,
-                        }
-                    }
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        Bytes::from_static(b"event: lagged\ndata: {}\n\n")
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                _ = mode.tick() => {
-                    let now = store.channel_has_online_agent(channel_id).await.unwrap_or(online);
-                    if now == online {
-                        continue;
-                    }
-                    online = now;
-                    mode_frame(online)
+        Some(Duration::from_secs(15))
+    }
+
+    async fn frame(&mut self, update: live_stream::Update) -> Option<Bytes> {
+        match update {
+            live_stream::Update::Event(ev) if ev.channel_id != self.channel_id => None,
+            live_stream::Update::Event(ev) if ev.kind == "channel.availability" => {
+                let now = ev.data["online"].as_bool().unwrap_or(self.online);
+                self.mode(now)
+            }
+            live_stream::Update::Event(ev) => {
+                if ev.kind == "chat.opened"
+                    && ev.data["client"]["id"].as_i64() == Some(self.visitor_id)
+                {
+                    self.chats.insert(ev.chat_id);
                 }
-                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
-                _ = shutdown.changed() => break,
-            };
-            if tx.send(frame).await.is_err() {
-                break;
+                if !self.chats.contains(&ev.chat_id) {
+                    return None;
+                }
+                visitor_frame(&self.store, &mut self.names, ev.kind, &ev.data).await
+            }
+            live_stream::Update::Lagged(_) => {
+                Some(Bytes::from_static(b"event: lagged\ndata: {}\n\n"))
+            }
+            live_stream::Update::Tick => {
+                let now = self
+                    .store
+                    .channel_has_online_agent(self.channel_id)
+                    .await
+                    .unwrap_or(self.online);
+                self.mode(now)
             }
         }
-    });
-    event_stream(rx)
+    }
 }
 
 /// The page's `mode` event: whether an agent is there.

@@ -1,0 +1,86 @@
+//! Server-Sent Events from the live broadcast: one task per open stream
+//! that says it is connected, keeps the connection alive, ends with the hub,
+//! and sends what its [`Frames`] makes of each live event (agents' streams,
+//! widget visitors' streams).
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::core::live::LiveEvent;
+use crate::http::App;
+use crate::http::respond::{Resp, event_stream};
+
+/// A comment line now and then, so proxies keep the connection open.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// What happened, for a stream to turn into a frame.
+pub enum Update {
+    Event(LiveEvent),
+    /// The stream fell behind the broadcast and missed this many events.
+    Lagged(u64),
+    /// The stream's own timer ([`Frames::tick`]) went off.
+    Tick,
+}
+
+/// What one kind of stream sends.
+pub trait Frames: Send + 'static {
+    /// How often [`Update::Tick`] comes, if ever.
+    fn tick(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The bytes to send for `update`, or nothing.
+    fn frame(&mut self, update: Update) -> impl Future<Output = Option<Bytes>> + Send + '_;
+}
+
+/// An open event stream fed by `frames`.
+pub fn open(app: &App, mut frames: impl Frames) -> Resp {
+    let mut updates = app.live.subscribe();
+    let mut shutdown = app.shutdown.clone();
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let mut keepalive = tokio::time::interval(KEEPALIVE);
+        // An interval must tick; a stream without a timer gets a day-long one.
+        let mut timer = tokio::time::interval(frames.tick().unwrap_or(Duration::from_secs(86_400)));
+        timer.tick().await;
+        let has_timer = frames.tick().is_some();
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let update = tokio::select! {
+                update = updates.recv() => match update {
+                    Ok(ev) => Update::Event(ev),
+                    Err(broadcast::error::RecvError::Lagged(n)) => Update::Lagged(n),
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = timer.tick(), if has_timer => Update::Tick,
+                _ = keepalive.tick() => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                _ = shutdown.changed() => break,
+            };
+            if let Some(frame) = frames.frame(update).await
+                && tx.send(frame).await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    event_stream(rx)
+}
+
+/// `event: <name>` with `data` as one SSE frame.
+pub fn frame(name: &str, data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
