@@ -792,3 +792,91 @@ async fn hostile_plugins_on_a_served_hub_leave_the_other_channel_whole() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn widgets_and_bots_made_on_the_command_line_show_what_to_embed_and_where_providers_post() {
+    let (_dir, config) = setup(&HubOptions::default());
+    let widget = json_out(&hub_cli(
+        &config,
+        &[
+            "channel",
+            "create",
+            "--type",
+            "widget",
+            "--name",
+            "site",
+            "--widget-id",
+            "site-widget-1",
+            "--color",
+            "#6d4c41",
+            "--agent",
+            AGENT_EMAIL,
+            "--json",
+        ],
+        &[],
+    ));
+    assert_eq!(widget["type"], "widget", "{widget}");
+    assert_eq!(widget["widget"]["widget_id"], "site-widget-1");
+    assert_eq!(widget["widget"]["color"], "#6d4c41");
+    let embed = widget["widget"]["embed"].as_str().expect("embed");
+    assert!(
+        embed.starts_with("<script src=\"//") && embed.contains("/widget/site-widget-1"),
+        "{embed}"
+    );
+    let o = hub_cli(
+        &config,
+        &["channel", "create", "--type", "kiosk", "--name", "k"],
+        &[],
+    );
+    assert!(!o.status.success(), "an unknown channel type was accepted");
+    assert!(stderr_of(&o).contains("kiosk"), "{}", stderr_of(&o));
+
+    let bot = json_out(&hub_cli(
+        &config,
+        &[
+            "bot",
+            "create",
+            "--name",
+            "Assistant",
+            "--endpoint",
+            "https://bots.example.com/hub",
+            "--token",
+            "tok-1",
+            "--channel",
+            "site",
+            "--json",
+        ],
+        &[],
+    ));
+    let provider_id = bot["provider_id"].as_str().expect("provider_id");
+    assert!(provider_id.len() >= 12, "{provider_id}");
+    for (key, door) in [("webhooks_url", "webhooks"), ("providers_url", "providers")] {
+        assert!(
+            bot[key]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&format!("/{door}/{provider_id}/tok-1"))),
+            "{bot}"
+        );
+    }
+    // A plugin bot takes no provider requests: no URLs to show.
+    let text = hub_cli(
+        &config,
+        &["bot", "create", "--name", "Help", "--plugin", "faq-bot"],
+        &[],
+    );
+    assert!(text.status.success(), "{}", stderr_of(&text));
+    let listed = json_out(&hub_cli(&config, &["bot", "list", "--json"], &[]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("bots")
+        .iter()
+        .filter_map(|b| b["name"].as_str())
+        .collect();
+    assert_eq!(names, ["Assistant", "Help"]);
+    assert_eq!(listed[0]["channels"], json!(["site"]));
+    assert!(listed[0].get("token").is_none(), "the token is not shown");
+    let deleted = hub_cli(&config, &["bot", "delete", "Help"], &[]);
+    assert!(deleted.status.success(), "{}", stderr_of(&deleted));
+    let listed = json_out(&hub_cli(&config, &["bot", "list", "--json"], &[]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+}
