@@ -605,13 +605,13 @@ pub struct Sse {
 
 impl Sse {
     pub async fn connect(url: &str, token: &str) -> Sse {
-        let resp = reqwest::Client::new()
-            .get(url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .expect("stream request");
-        assert_eq!(resp.status(), 200);
+        Sse::of(reqwest::Client::new().get(url).bearer_auth(token), url).await
+    }
+
+    /// The stream `request` opens; it must answer 200 with an event stream.
+    async fn of(request: reqwest::RequestBuilder, url: &str) -> Sse {
+        let resp = request.send().await.expect("stream request");
+        assert_eq!(resp.status(), 200, "stream {url}");
         assert_eq!(
             resp.headers()
                 .get("content-type")
@@ -758,21 +758,6 @@ impl Sse {
     /// Connects to a stream that takes no `Authorization` header: the
     /// widget's `…/stream?token=`, as a browser's `EventSource` opens it.
     pub async fn open(url: &str) -> Sse {
-        let resp = reqwest::Client::new()
-            .get(url)
-            .send()
-            .await
-            .expect("stream request");
-        assert_eq!(resp.status(), 200, "stream {url}");
-        assert_eq!(
-            resp.headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok()),
-            Some("text/event-stream")
-        );
-        Sse {
-            stream: Box::pin(resp.bytes_stream()),
-            buf: String::new(),
-        }
+        Sse::of(reqwest::Client::new().get(url), url).await
     }
 }

@@ -604,19 +604,21 @@ async fn queue_notice(
     if matches!(bot.target, BotTarget::Plugin(_)) {
         return Ok(());
     }
-    let notice = |id: Uuid| ChatNotice {
-        id: Label(id.to_string()),
-        client_id: Label(chat.client_id.to_string()),
-        chat_id: Label(chat.id.to_string()),
+    let make = |id: Uuid| {
+        let notice = ChatNotice {
+            id: Label(id.to_string()),
+            client_id: Label(chat.client_id.to_string()),
+            chat_id: Label(chat.id.to_string()),
+        };
+        if kind == EventKind::BOT_AGENT_JOINED {
+            BotEvent::AgentJoined(notice)
+        } else if kind == EventKind::BOT_AGENT_UNAVAILABLE {
+            BotEvent::AgentUnavailable(notice)
+        } else {
+            BotEvent::ChatClosed(notice)
+        }
     };
-    let make: Box<dyn FnOnce(Uuid) -> BotEvent + Send> = if kind == EventKind::BOT_AGENT_JOINED {
-        Box::new(move |id| BotEvent::AgentJoined(notice(id)))
-    } else if kind == EventKind::BOT_AGENT_UNAVAILABLE {
-        Box::new(move |id| BotEvent::AgentUnavailable(notice(id)))
-    } else {
-        Box::new(move |id| BotEvent::ChatClosed(notice(id)))
-    };
-    queue_bot_event(conn, bot, chat, kind, make, now).await
+    queue_bot_event(conn, bot, chat, kind.clone(), make, now).await
 }
 
 /// In the transaction of a stored customer message: a new chat on a bot's

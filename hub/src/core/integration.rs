@@ -53,49 +53,10 @@ impl Conversations {
     ) -> Result<Map<String, Value>, CoreError> {
         let mut w = self.store.begin_write().await?;
         let now = now_ms();
-        let attributes = self
-            .merge_attributes(&mut w.tx, chat.client_id, changes, now)
-            .await?;
+        let attributes = merge_attributes(&mut w.tx, chat.client_id, changes, now).await?;
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
-        Ok(attributes)
-    }
-
-    /// Merges `changes` into the client's attributes (`null` removes one) and
-    /// queues `client_attribute_updated`, in the caller's transaction (an
-    /// agent's call, the widget's `setClientAttributes`).
-    pub(super) async fn merge_attributes(
-        &self,
-        conn: &mut Conn,
-        client_id: i64,
-        changes: Map<String, Value>,
-        now: i64,
-    ) -> Result<Map<String, Value>, CoreError> {
-        let stored = client_attributes(conn, client_id).await?;
-        let mut attributes: Map<String, Value> = stored
-            .and_then(|a| serde_json::from_str(&a).ok())
-            .unwrap_or_default();
-        for (k, v) in changes {
-            if k.trim().is_empty() {
-                return Err(CoreError::Invalid(
-                    "attribute names must not be empty".into(),
-                ));
-            }
-            if v.is_null() {
-                attributes.remove(&k);
-            } else {
-                attributes.insert(k, v);
-            }
-        }
-        if attributes.len() > MAX_ATTRIBUTES {
-            return Err(CoreError::Invalid(format!(
-                "a client has at most {MAX_ATTRIBUTES} attributes"
-            )));
-        }
-        let text = Value::Object(attributes.clone()).to_string();
-        set_client_attributes(conn, client_id, &text, now).await?;
-        webhooks::queue_client_attribute_updated(conn, client_id, now).await?;
         Ok(attributes)
     }
 
@@ -267,4 +228,40 @@ fn call_status_str(s: CallStatus) -> &'static str {
         CallStatus::ClientConnected => "client_connected",
         CallStatus::Error => "error",
     }
+}
+
+/// Merges `changes` into the client's attributes (`null` removes one) and
+/// queues `client_attribute_updated`, in the caller's transaction (an
+/// agent's call, the widget's `setClientAttributes`).
+pub(super) async fn merge_attributes(
+    conn: &mut Conn,
+    client_id: i64,
+    changes: Map<String, Value>,
+    now: i64,
+) -> Result<Map<String, Value>, CoreError> {
+    let stored = client_attributes(conn, client_id).await?;
+    let mut attributes: Map<String, Value> = stored
+        .and_then(|a| serde_json::from_str(&a).ok())
+        .unwrap_or_default();
+    for (k, v) in changes {
+        if k.trim().is_empty() {
+            return Err(CoreError::Invalid(
+                "attribute names must not be empty".into(),
+            ));
+        }
+        if v.is_null() {
+            attributes.remove(&k);
+        } else {
+            attributes.insert(k, v);
+        }
+    }
+    if attributes.len() > MAX_ATTRIBUTES {
+        return Err(CoreError::Invalid(format!(
+            "a client has at most {MAX_ATTRIBUTES} attributes"
+        )));
+    }
+    let text = Value::Object(attributes.clone()).to_string();
+    set_client_attributes(conn, client_id, &text, now).await?;
+    webhooks::queue_client_attribute_updated(conn, client_id, now).await?;
+    Ok(attributes)
 }

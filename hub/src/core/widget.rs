@@ -362,8 +362,13 @@ impl Conversations {
                         "at most {ATTRIBUTE_CALLS_PER_HOUR} calls per hour"
                     )));
                 }
-                self.merge_attributes(&mut w.tx, client.id, changes.clone(), now)
-                    .await?;
+                crate::core::integration::merge_attributes(
+                    &mut w.tx,
+                    client.id,
+                    changes.clone(),
+                    now,
+                )
+                .await?;
             }
             WidgetAction::ClearHistory => set_history_from(&mut w.tx, client.id, now).await?,
             WidgetAction::StartCall(phone) => {

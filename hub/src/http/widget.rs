@@ -596,35 +596,45 @@ async fn send(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Cl
             "too many messages; slow down",
         );
     }
-    let message = customer_message(visitor, json!({ "type": "text", "text": b.text }));
-    let message = match message {
-        Ok(m) => m,
-        Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
-    };
+    let sent = ingest(
+        app,
+        channel,
+        visitor,
+        json!({ "type": "text", "text": b.text }),
+    )
+    .await;
+    match sent {
+        Ok(Some(m)) => json(
+            StatusCode::OK,
+            &json!({ "result": "ok", "message": message_view(&m, &HashMap::new()) }),
+        ),
+        // Dropped by a plugin (a spam filter is not revealed).
+        Ok(None) => ok(),
+        Err(resp) => resp,
+    }
+}
+
+/// A customer message of `visitor` (a text or a typing notice), checked by
+/// the channel's rules and taken through the door like an integrator's:
+/// the stored message, if one was stored.
+async fn ingest(
+    app: &App,
+    channel: &Channel,
+    visitor: &Client,
+    message: Value,
+) -> Result<Option<MessageRow>, Resp> {
+    let value = json!({ "sender": { "id": visitor.external_id }, "message": message });
+    let message = plugin_api::channel::customer_message_from_value(value)
+        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.0))?;
     match app
         .conversations
         .handle(Inbound::CustomerMessage { channel, message })
         .await
     {
-        Ok(Handled::Customer(Ingested::Stored {
-            message: Some(m), ..
-        })) => json(
-            StatusCode::OK,
-            &json!({ "result": "ok", "message": message_view(&m, &HashMap::new()) }),
-        ),
-        // Dropped by a plugin (a spam filter is not revealed) or typing.
-        Ok(_) => ok(),
-        Err(e) => core_fail(e),
+        Ok(Handled::Customer(Ingested::Stored { message, .. })) => Ok(message),
+        Ok(_) => Ok(None),
+        Err(e) => Err(core_fail(e)),
     }
-}
-
-/// A customer message of `visitor`, checked by the channel's rules.
-fn customer_message(
-    visitor: &Client,
-    message: Value,
-) -> Result<plugin_api::channel::CustomerMessage, String> {
-    let value = json!({ "sender": { "id": visitor.external_id }, "message": message });
-    plugin_api::channel::customer_message_from_value(value).map_err(|e| e.0)
 }
 
 #[derive(Deserialize)]
@@ -638,17 +648,9 @@ async fn typing(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &
         Err(resp) => return resp,
     };
     let kind = if b.typing { "typein" } else { "typeout" };
-    let message = match customer_message(visitor, json!({ "type": kind })) {
-        Ok(m) => m,
-        Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
-    };
-    match app
-        .conversations
-        .handle(Inbound::CustomerMessage { channel, message })
-        .await
-    {
+    match ingest(app, channel, visitor, json!({ "type": kind })).await {
         Ok(_) => ok(),
-        Err(e) => core_fail(e),
+        Err(resp) => resp,
     }
 }
 
