@@ -9,6 +9,7 @@ mod agent_api;
 mod authoring;
 mod bots;
 mod channel_ingress;
+mod console;
 mod crm;
 mod delivery;
 mod examples;

@@ -880,3 +880,133 @@ async fn widgets_and_bots_made_on_the_command_line_show_what_to_embed_and_where_
     let listed = json_out(&hub_cli(&config, &["bot", "list", "--json"], &[]));
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }
+
+/// Runs `hub --config <config> <args…>` with `input` on its standard input.
+fn hub_cli_stdin(config: &Path, args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = hub_command()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hub");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("hub output")
+}
+
+/// The status of a console sign-in.
+async fn console_sign_in(base: &str, email: &str, password: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/console/v1/session"))
+        .json(&json!({ "email": email, "password": password }))
+        .send()
+        .await
+        .expect("sign-in");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn console_passwords_set_on_the_command_line_sign_agents_in() {
+    let (_dir, config) = setup(&HubOptions::default());
+    // Only the first line is the password; what follows is ignored.
+    let created = json_out(&hub_cli_stdin(
+        &config,
+        &[
+            "agent",
+            "create",
+            "--name",
+            "Ann",
+            "--email",
+            AGENT_EMAIL,
+            "--password-stdin",
+            "--admin",
+            "--json",
+        ],
+        "first secret line\nsecond line\n",
+    ));
+    assert_eq!(created["admin"], true, "{created}");
+    let o = hub_cli_stdin(
+        &config,
+        &[
+            "agent",
+            "create",
+            "--name",
+            "Bo",
+            "--email",
+            "bo@example.com",
+            "--password-stdin",
+        ],
+        "short\n",
+    );
+    assert!(!o.status.success(), "a short password was accepted");
+    assert!(stderr_of(&o).contains("at least 8"), "{}", stderr_of(&o));
+    let o = hub_cli_stdin(
+        &config,
+        &[
+            "agent",
+            "set-password",
+            "--email",
+            "nobody@example.com",
+            "--password-stdin",
+        ],
+        "long enough\n",
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr_of(&o).contains("nobody@example.com"),
+        "{}",
+        stderr_of(&o)
+    );
+
+    let hub = serve(&config).await;
+    let (status, v) = console_sign_in(&hub.base, AGENT_EMAIL, "first secret line").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["agent"]["admin"], true);
+    assert_eq!(
+        console_sign_in(&hub.base, AGENT_EMAIL, "second line")
+            .await
+            .0,
+        401
+    );
+
+    let o = hub_cli_stdin(
+        &config,
+        &[
+            "agent",
+            "set-password",
+            "--email",
+            "ANN@example.com",
+            "--password-stdin",
+        ],
+        "a brand new one\r\n",
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    assert_eq!(
+        console_sign_in(&hub.base, AGENT_EMAIL, "first secret line")
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        console_sign_in(&hub.base, AGENT_EMAIL, "a brand new one")
+            .await
+            .0,
+        200
+    );
+    let o = hub_cli_stdin(
+        &config,
+        &["agent", "set-password", "--email", AGENT_EMAIL],
+        "",
+    );
+    assert!(!o.status.success(), "set-password without --password-stdin");
+}

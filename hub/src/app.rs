@@ -252,8 +252,14 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     );
     let source = config.source.clone();
     let env = config.env.clone();
+    let sign_ins = crate::core::accounts::SignIns::new(crate::core::accounts::SignInLimits {
+        max_failures: config.console.max_failed_sign_ins,
+        lock: Duration::from_secs(config.console.sign_in_lock_secs),
+        session_ttl: Duration::from_secs(config.console.session_hours.saturating_mul(3600)),
+    });
     let app = Arc::new(App {
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
+        sign_ins,
         config: Arc::new(config),
         store: store.clone(),
         live,

@@ -61,6 +61,8 @@ pub struct Config {
     pub bots: Vec<BotConfig>,
     #[serde(default)]
     pub geoip: GeoIpConfig,
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
     #[serde(skip)]
@@ -149,6 +151,43 @@ pub struct GeoIpConfig {
     /// `session.geoip` stays empty.
     #[serde(default)]
     pub database: Option<PathBuf>,
+}
+
+/// `[console]`: agents' sign-in to the console at `/console`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// How long a console session lasts after sign-in.
+    #[serde(default = "default_session_hours")]
+    pub session_hours: u64,
+    /// Failed sign-ins for one account, or from one address, that lock it.
+    #[serde(default = "default_max_failed_sign_ins")]
+    pub max_failed_sign_ins: u32,
+    /// How long such a lock lasts (and the window failures are counted in).
+    #[serde(default = "default_sign_in_lock_secs")]
+    pub sign_in_lock_secs: u64,
+}
+
+fn default_session_hours() -> u64 {
+    12
+}
+
+fn default_max_failed_sign_ins() -> u32 {
+    30
+}
+
+fn default_sign_in_lock_secs() -> u64 {
+    900
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            session_hours: default_session_hours(),
+            max_failed_sign_ins: default_max_failed_sign_ins(),
+            sign_in_lock_secs: default_sign_in_lock_secs(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -419,6 +458,15 @@ impl Config {
         }
         if self.delivery.attempts == 0 {
             problems.push("delivery.attempts: must be at least 1".to_owned());
+        }
+        if self.console.session_hours == 0 {
+            problems.push("console.session_hours: must be at least 1".to_owned());
+        }
+        if self.console.max_failed_sign_ins == 0 {
+            problems.push("console.max_failed_sign_ins: must be at least 1".to_owned());
+        }
+        if self.console.sign_in_lock_secs == 0 {
+            problems.push("console.sign_in_lock_secs: must be positive".to_owned());
         }
         if self.delivery.attempt_timeout_ms == 0 {
             problems.push("delivery.attempt_timeout_ms: must be positive".to_owned());

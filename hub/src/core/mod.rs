@@ -4,6 +4,7 @@
 //! agents and CRM task reminders. It runs every event through the pipeline
 //! before it touches state.
 
+pub mod accounts;
 mod batch;
 pub mod bots;
 pub mod conversations;

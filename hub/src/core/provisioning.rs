@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::config::{BotConfig, ChannelConfig, is_http_url, is_provider_id, is_token};
+use crate::core::accounts::{self, AccountError};
 use crate::ids::{agent_token, random_token, token_hash};
 use crate::store::bots::{BotAuth, BotTarget};
 use crate::store::{
@@ -289,13 +290,30 @@ pub async fn sync_declared(
     Ok(())
 }
 
+/// What an agent is created from (the admin API, the CLI).
+#[derive(Debug, Clone, Default)]
+pub struct AgentSpec {
+    pub name: String,
+    pub email: String,
+    pub photo: Option<String>,
+    /// For the console; without one the agent has only its bearer token.
+    pub password: Option<String>,
+    /// May use the admin API from the console.
+    pub admin: bool,
+}
+
 /// Creates an agent; the token is returned once and only its hash is kept.
 pub async fn create_agent(
     store: &Store,
-    name: &str,
-    email: &str,
-    photo: Option<&str>,
+    spec: &AgentSpec,
 ) -> Result<(Agent, String), ProvisionError> {
+    let AgentSpec {
+        name,
+        email,
+        photo,
+        password,
+        admin,
+    } = spec;
     if name.trim().is_empty() {
         return Err(ProvisionError::Invalid("name must not be empty".into()));
     }
@@ -311,13 +329,22 @@ pub async fn create_agent(
             "photo `{p}` is not an http(s) URL"
         )));
     }
+    let password_hash = match password {
+        Some(p) => Some(accounts::hash_password(p).await.map_err(|e| match e {
+            AccountError::Store(e) => ProvisionError::Store(e),
+            other => ProvisionError::Invalid(other.to_string()),
+        })?),
+        None => None,
+    };
     let token = agent_token();
     let agent = store
         .insert_agent(NewAgent {
             name,
             email,
-            photo,
+            photo: photo.as_deref(),
             token_hash: &token_hash(&token),
+            password_hash: password_hash.as_deref(),
+            admin: *admin,
         })
         .await?
         .ok_or_else(|| {

@@ -5,10 +5,11 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::core::accounts::{self, AccountError};
 use crate::core::provisioning::{self, BotSpec, ChannelSpec, ProvisionError};
-use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
+use crate::http::{App, session};
 use crate::ids::constant_time_eq;
 use crate::store::ChannelKind;
 use crate::store::OutboxState;
@@ -16,22 +17,8 @@ use crate::store::bots::{BotAuth, BotTarget};
 
 /// Routes `/admin/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    let Some(expected) = app.admin_token.as_deref() else {
-        return error(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
-            "the admin API is off: set admin.token in hub.toml or HUB_ADMIN_TOKEN",
-        );
-    };
-    match bearer(&req) {
-        Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {}
-        _ => {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "admin bearer token required",
-            );
-        }
+    if let Err(resp) = authorize(app, &req).await {
+        return resp;
     }
     let method = req.method().clone();
     match (method, rest) {
@@ -42,6 +29,9 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             Err(e) => store_failure(e.into()),
         },
         (Method::POST, ["agents"]) => create_agent(app, req).await,
+        (Method::PUT, ["agents", id, "password"]) => set_password(app, req, id).await,
+        (Method::PUT, ["channels", id, "agents"]) => set_channel_agents(app, req, id).await,
+        (_, ["agents", _, "password"] | ["channels", _, "agents"]) => method_not_allowed(),
         (Method::GET, ["bots"]) => list_bots(app).await,
         (Method::POST, ["bots"]) => create_bot(app, req).await,
         (Method::GET, ["bots", key]) => get_bot(app, key).await,
@@ -57,6 +47,42 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         (_, ["deliveries", ..] | ["plugins"] | ["channels", _, "webhook"]) => method_not_allowed(),
         (_, ["channels"] | ["agents"]) => method_not_allowed(),
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
+    }
+}
+
+/// The admin token, or the console session of an admin agent (whose
+/// state-changing requests carry the CSRF token).
+async fn authorize(app: &App, req: &Request<Incoming>) -> Result<(), Resp> {
+    let disabled = || {
+        error(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin API is off: set admin.token in hub.toml or HUB_ADMIN_TOKEN",
+        )
+    };
+    let unauthorized = || {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "admin bearer token required",
+        )
+    };
+    if let Some(token) = bearer(req) {
+        return match app.admin_token.as_deref() {
+            Some(expected) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
+            Some(_) => Err(unauthorized()),
+            None => Err(disabled()),
+        };
+    }
+    match session::agent(app, req).await? {
+        Some(agent) if agent.admin => Ok(()),
+        Some(_) => Err(error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this agent is not an administrator",
+        )),
+        None if app.admin_token.is_none() => Err(disabled()),
+        None => Err(unauthorized()),
     }
 }
 
@@ -159,6 +185,10 @@ struct NewAgentBody {
     email: String,
     #[serde(default)]
     photo: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    admin: bool,
 }
 
 async fn create_agent(app: &App, req: Request<Incoming>) -> Resp {
@@ -166,13 +196,85 @@ async fn create_agent(app: &App, req: Request<Incoming>) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    match provisioning::create_agent(&app.store, &b.name, &b.email, b.photo.as_deref()).await {
+    let spec = provisioning::AgentSpec {
+        name: b.name,
+        email: b.email,
+        photo: b.photo,
+        password: b.password,
+        admin: b.admin,
+    };
+    match provisioning::create_agent(&app.store, &spec).await {
         Ok((agent, token)) => json(
             StatusCode::CREATED,
             &json!({ "id": agent.id, "name": agent.name, "email": agent.email,
-                     "photo": agent.photo, "token": token }),
+                     "photo": agent.photo, "admin": agent.admin, "token": token }),
         ),
         Err(e) => provision_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PasswordBody {
+    password: String,
+}
+
+/// `PUT /admin/v1/agents/{id}/password`: sets the console password and
+/// signs the agent out everywhere.
+async fn set_password(app: &App, req: Request<Incoming>, id: &str) -> Resp {
+    let Ok(id) = id.parse::<i64>() else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such agent");
+    };
+    let b: PasswordBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    match accounts::set_password(&app.store, id, &b.password).await {
+        Ok(agent) => json(StatusCode::OK, &agent),
+        Err(AccountError::NoAgent) => error(StatusCode::NOT_FOUND, "not_found", "no such agent"),
+        Err(AccountError::Invalid(m)) => error(StatusCode::BAD_REQUEST, "invalid_request", m),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set a password");
+            Problem::unavailable().answer(Dialect::Api)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChannelAgentsBody {
+    agents: Vec<String>,
+}
+
+/// `PUT /admin/v1/channels/{id}/agents`: replaces who receives the
+/// channel's chats (a channel declared in `hub.toml` gets the file's list
+/// back at the next reload).
+async fn set_channel_agents(app: &App, req: Request<Incoming>, id: &str) -> Resp {
+    let Ok(id) = id.parse::<i64>() else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such channel");
+    };
+    let b: ChannelAgentsBody = match body(app, req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    if let Some(bad) = b.agents.iter().find(|e| !e.contains('@')) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("`{bad}` is not an e-mail address"),
+        );
+    }
+    match app.store.set_channel_agents(id, &b.agents).await {
+        Ok(true) => match app.store.channel_by_id(id).await {
+            Ok(Some(ch)) => json(
+                StatusCode::OK,
+                &provisioning::view(ch, &app.base, &app.path_secret),
+            ),
+            Ok(None) => error(StatusCode::NOT_FOUND, "not_found", "no such channel"),
+            Err(e) => store_failure(e.into()),
+        },
+        Ok(false) => error(StatusCode::NOT_FOUND, "not_found", "no such channel"),
+        Err(e) => store_failure(e.into()),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::core::conversations::{CoreError, client_view};
 use crate::core::{Handled, Inbound};
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
-use crate::http::{App, live_stream};
+use crate::http::{App, live_stream, session};
 use crate::ids::token_hash;
 use crate::store::Agent;
 
@@ -97,13 +97,18 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
     }
 }
 
+/// A bearer token, or else the console's session cookie (with its CSRF
+/// token on state-changing requests).
 async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp> {
     let Some(token) = bearer(req) else {
-        return Err(error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a bearer token is required",
-        ));
+        return match session::agent(app, req).await? {
+            Some(agent) => Ok(agent),
+            None => Err(error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a bearer token is required",
+            )),
+        };
     };
     match app.store.agent_by_token_hash(&token_hash(token)).await {
         Ok(Some(agent)) => Ok(agent),

@@ -6,12 +6,14 @@ pub mod admin;
 pub mod agents;
 pub mod bots;
 pub mod channel;
+pub mod console;
 pub mod geoip;
 pub mod limits;
 pub mod live_stream;
 pub mod metrics;
 pub mod problem;
 pub mod respond;
+pub mod session;
 mod state;
 pub mod widget;
 
@@ -303,6 +305,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             _ => method_not_allowed(),
         },
         ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
+        ["console", rest @ ..] => crate::http::console::handle(app, req, rest).await,
         ["agent", "v1", rest @ ..] => crate::http::agents::handle(app, req, rest).await,
         ["widget", "v1", rest @ ..] => crate::http::widget::handle(app, req, rest).await,
         ["widget", widget_id] | ["script", "widget", widget_id] => {

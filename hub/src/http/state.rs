@@ -31,6 +31,8 @@ pub struct App {
     pub visitor_keys: crate::core::widget::VisitorKeys,
     /// `[geoip] database`, opened once.
     pub geoip: Option<std::sync::Arc<crate::http::geoip::GeoIp>>,
+    /// Failed console sign-ins per account and address.
+    pub sign_ins: crate::core::accounts::SignIns,
     /// Rate limits of the widget's public endpoints.
     pub widget_limits: crate::http::limits::WidgetLimits,
     /// Turns true when the hub stops; long-lived responses end on it.

@@ -1,4 +1,5 @@
-//! Agents: their bearer tokens (stored as SHA-256 hashes) and online state.
+//! Agents: their bearer tokens (stored as SHA-256 hashes), console
+//! passwords (Argon2id PHC strings), admin flag and online state.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -13,6 +14,8 @@ pub struct Agent {
     pub email: String,
     pub photo: Option<String>,
     pub online: bool,
+    /// May use the admin API with a console session.
+    pub admin: bool,
     pub created_at: i64,
 }
 
@@ -21,17 +24,20 @@ pub struct NewAgent<'a> {
     pub email: &'a str,
     pub photo: Option<&'a str>,
     pub token_hash: &'a str,
+    pub password_hash: Option<&'a str>,
+    pub admin: bool,
 }
 
-const COLUMNS: &str = "id, name, email, photo, online, created_at";
+const COLUMNS: &str = "id, name, email, photo, online, admin, created_at";
 
-fn from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
+pub(super) fn from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
     Ok(Agent {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         email: row.try_get("email")?,
         photo: row.try_get("photo")?,
         online: flag(row.try_get("online")?),
+        admin: flag(row.try_get("admin")?),
         created_at: row.try_get("created_at")?,
     })
 }
@@ -41,13 +47,16 @@ impl Store {
     pub async fn insert_agent(&self, new: NewAgent<'_>) -> Result<Option<Agent>, StoreError> {
         let mut w = self.begin_write().await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO agents (name, email, photo, token_hash, online, created_at) \
-             VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (email) DO NOTHING RETURNING {COLUMNS}"
+            "INSERT INTO agents (name, email, photo, token_hash, password_hash, admin, online, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, 0, $7) \
+             ON CONFLICT (email) DO NOTHING RETURNING {COLUMNS}"
         ))
         .bind(new.name)
         .bind(new.email.to_lowercase())
         .bind(new.photo)
         .bind(new.token_hash)
+        .bind(new.password_hash)
+        .bind(i64::from(new.admin))
         .bind(now_ms())
         .fetch_optional(&mut *w.tx)
         .await
@@ -85,6 +94,62 @@ impl Store {
             .map(from_row)
             .transpose()
             .ctx("reading an agent")
+    }
+
+    /// The agent with this e-mail and its password hash (`None` inside:
+    /// the agent has no password).
+    pub async fn agent_with_password(
+        &self,
+        email: &str,
+    ) -> Result<Option<(Agent, Option<String>)>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS}, password_hash FROM agents WHERE email = $1"
+        ))
+        .bind(email.to_lowercase())
+        .fetch_optional(self.pool())
+        .await
+        .ctx("looking up an agent")?;
+        row.as_ref()
+            .map(|r| Ok((from_row(r)?, r.try_get("password_hash")?)))
+            .transpose()
+            .ctx("reading an agent")
+    }
+
+    /// Sets an agent's password hash and ends its console sessions (a new
+    /// password signs out whoever knew the old one); `None` when there is no
+    /// such agent.
+    pub async fn set_agent_password(
+        &self,
+        id: i64,
+        password_hash: &str,
+    ) -> Result<Option<Agent>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE agents SET password_hash = $1 WHERE id = $2 RETURNING {COLUMNS}"
+        ))
+        .bind(password_hash)
+        .bind(id)
+        .fetch_optional(&mut *w.tx)
+        .await
+        .ctx("setting a password")?;
+        let agent = row
+            .as_ref()
+            .map(from_row)
+            .transpose()
+            .ctx("reading an agent")?;
+        if agent.is_some() {
+            sqlx::query("DELETE FROM console_sessions WHERE agent_id = $1")
+                .bind(id)
+                .execute(&mut *w.tx)
+                .await
+                .ctx("ending an agent's sessions")?;
+        }
+        w.commit().await?;
+        Ok(agent)
+    }
+
+    pub async fn agent_by_email(&self, email: &str) -> Result<Option<Agent>, StoreError> {
+        Ok(self.agent_with_password(email).await?.map(|(a, _)| a))
     }
 
     pub async fn list_agents(&self) -> Result<Vec<Agent>, StoreError> {

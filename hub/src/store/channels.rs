@@ -179,25 +179,28 @@ impl Store {
         .execute(&mut *w.tx)
         .await
         .ctx("updating a channel")?;
-        sqlx::query("DELETE FROM channel_agents WHERE channel_id = $1")
-            .bind(id)
-            .execute(&mut *w.tx)
-            .await
-            .ctx("clearing channel agents")?;
-        for email in agents {
-            sqlx::query(
-                "INSERT INTO channel_agents (channel_id, agent_email) VALUES ($1, $2) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(id)
-            .bind(email.to_lowercase())
-            .execute(&mut *w.tx)
-            .await
-            .ctx("assigning an agent")?;
-        }
+        replace_agents(&mut w.tx, id, agents).await?;
         w.commit().await?;
         self.channel_cache.clear();
         Ok(())
+    }
+
+    /// Replaces the agents of a channel (by e-mail); `false` when there is
+    /// no such channel.
+    pub async fn set_channel_agents(&self, id: i64, agents: &[String]) -> Result<bool, StoreError> {
+        let mut w = self.begin_write().await?;
+        let found: Option<(i64,)> = sqlx::query_as("SELECT id FROM channels WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *w.tx)
+            .await
+            .ctx("looking up a channel")?;
+        if found.is_none() {
+            return Ok(false);
+        }
+        replace_agents(&mut w.tx, id, agents).await?;
+        w.commit().await?;
+        self.channel_cache.clear();
+        Ok(true)
     }
 
     pub async fn channel_by_name(&self, name: &str) -> Result<Option<Channel>, StoreError> {
@@ -381,4 +384,28 @@ impl ChannelCache {
         maps.by_public_id.clear();
         maps.public_ids.clear();
     }
+}
+
+async fn replace_agents(
+    tx: &mut super::Conn,
+    channel_id: i64,
+    agents: &[String],
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM channel_agents WHERE channel_id = $1")
+        .bind(channel_id)
+        .execute(&mut *tx)
+        .await
+        .ctx("clearing channel agents")?;
+    for email in agents {
+        sqlx::query(
+            "INSERT INTO channel_agents (channel_id, agent_email) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(channel_id)
+        .bind(email.to_lowercase())
+        .execute(&mut *tx)
+        .await
+        .ctx("assigning an agent")?;
+    }
+    Ok(())
 }

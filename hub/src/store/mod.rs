@@ -14,6 +14,7 @@ pub mod kv;
 pub mod offline;
 pub mod outbox;
 pub mod outgoing;
+pub mod sessions;
 pub mod webhooks;
 pub mod widget;
 mod writer;
@@ -167,6 +168,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     ),
     (6, include_str!("../../migrations/sqlite/0006_bots.sql")),
     (7, include_str!("../../migrations/sqlite/0007_widget.sql")),
+    (8, include_str!("../../migrations/sqlite/0008_console.sql")),
 ];
 
 impl Store {
