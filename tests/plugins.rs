@@ -963,6 +963,47 @@ async fn the_admin_api_lists_plugins_routes_and_counters() {
 }
 
 #[tokio::test]
+async fn the_admin_api_shows_a_plugins_latest_failures_on_one_line() {
+    let wiring = plugin_toml(
+        "broken",
+        "fault",
+        "",
+        "fault = \"error\"\nmessage = \"lookup failed\\nFORGED line\"",
+    ) + &route_toml(customer_route(), "\"broken\"", "skip");
+    let s = Setup::start(wiring).await;
+    for i in 0..7 {
+        s.hub.say(&s.web, json!(i), "x").await;
+    }
+    let v: Value = s
+        .hub
+        .http
+        .get(s.hub.url("/admin/v1/plugins"))
+        .bearer_auth(crate::support::ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let counters = &v["plugins"][0]["counters"];
+    assert_eq!(counters["errors"]["failed"], 7, "{counters}");
+    let last = counters["last_errors"].as_array().expect("last_errors");
+    assert_eq!(last.len(), 5, "only the latest five are kept: {last:?}");
+    assert_eq!(last[4]["kind"], "failed");
+    let message = last[4]["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("lookup failed") && message.ends_with("FORGED line"),
+        "{message}"
+    );
+    assert!(
+        !message.contains('\n'),
+        "a newline reached the operator: {message:?}"
+    );
+    assert!(last[4]["event"].as_str().is_some_and(|e| !e.is_empty()));
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn crm_enrich_answers_chat_accepted_in_place_of_the_integrator() {
     let crm = Integrator::start().await;
     crm.set_default(Reply::json(

@@ -1,7 +1,7 @@
 //! Per-plugin counters: calls, outcomes, errors by kind and time spent. They
 //! outlive reloads, so a reloaded plugin keeps counting where it was.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +29,24 @@ pub struct PluginCounters {
     /// Calls by duration, one count per bucket of [`DURATION_BUCKETS_MICROS`]
     /// (and one past the last).
     durations: [AtomicU64; DURATION_BUCKETS_MICROS.len() + 1],
+    /// The latest failures, newest last, for an operator to read (admin API).
+    last_errors: Mutex<VecDeque<LastError>>,
+}
+
+/// How many failures [`Snapshot::last_errors`] keeps per plugin.
+pub const LAST_ERRORS: usize = 5;
+/// How much of a failure's message is kept.
+const LAST_ERROR_CHARS: usize = 500;
+
+/// One recent failure of a plugin.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LastError {
+    pub at_ms: i64,
+    pub kind: &'static str,
+    /// The event the call was for.
+    pub event: String,
+    /// The message, cut short and on one line.
+    pub message: String,
 }
 
 /// Upper bounds of the call-duration histogram's buckets, in µs.
@@ -59,6 +77,8 @@ pub struct Snapshot {
     pub quota_refusals: u64,
     /// Calls per duration bucket (not cumulative), the last past every bound.
     pub durations: Vec<u64>,
+    /// The latest failures, oldest first.
+    pub last_errors: Vec<LastError>,
 }
 
 impl PluginCounters {
@@ -102,6 +122,26 @@ impl PluginCounters {
         self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a failure and keeps it among the latest.
+    pub fn failure(&self, kind: ErrorKind, event: &str, message: &str) {
+        self.error(kind);
+        let message: String = message
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(LAST_ERROR_CHARS)
+            .collect();
+        let mut last = self.last_errors.lock().unwrap_or_else(|e| e.into_inner());
+        if last.len() == LAST_ERRORS {
+            last.pop_front();
+        }
+        last.push_back(LastError {
+            at_ms: crate::clock::now_ms(),
+            kind: kind.as_str(),
+            event: event.to_owned(),
+            message,
+        });
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             calls: self.calls.load(Ordering::Relaxed),
@@ -123,6 +163,13 @@ impl PluginCounters {
                 .durations
                 .iter()
                 .map(|d| d.load(Ordering::Relaxed))
+                .collect(),
+            last_errors: self
+                .last_errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
                 .collect(),
         }
     }

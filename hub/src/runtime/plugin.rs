@@ -340,7 +340,8 @@ impl Plugin {
                 self.counters.forwards(outcome.forwards.len());
             }
             Err(e) => {
-                self.counters.error(e.kind);
+                self.counters
+                    .failure(e.kind, &input.event.id.to_string(), &e.message);
                 tracing::warn!(plugin = %self.name, event = %input.event.id, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
             }
         }
