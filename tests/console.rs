@@ -534,3 +534,32 @@ async fn the_console_page_is_served_with_a_strict_content_security_policy() {
     assert_eq!(r.status(), 415);
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn behind_an_https_proxy_the_cookie_is_secure() {
+    let hub = TestHub::start_with_config(HubOptions::default(), |c| {
+        c.server.trusted_proxies = vec!["127.0.0.1".parse().expect("address")];
+    })
+    .await;
+    agent_with_password(&hub, "ann@example.com", false).await;
+    let sign_in = |proto: &'static str| {
+        reqwest::Client::new()
+            .post(hub.url("/console/v1/session"))
+            .header("X-Forwarded-Proto", proto)
+            .json(&json!({ "email": "ann@example.com", "password": PASSWORD }))
+            .send()
+    };
+    let cookie = |resp: &reqwest::Response| {
+        resp.headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let resp = sign_in("https").await.expect("sign-in");
+    assert_eq!(resp.status(), 200);
+    assert!(cookie(&resp).ends_with("; Secure"), "{}", cookie(&resp));
+    let resp = sign_in("http").await.expect("sign-in");
+    assert!(!cookie(&resp).contains("Secure"), "{}", cookie(&resp));
+    hub.shutdown().await;
+}

@@ -354,6 +354,12 @@
         const e = Object.entries((c && c.errors) || {}).filter(([, n]) => n > 0);
         return e.length ? e.map(([k, n]) => `${k}: ${n}`).join(', ') : '0';
       };
+      // The newest of `counters.last_errors` ({at_ms, kind, event, message}, oldest first).
+      const lastError = (c) => {
+        const all = (c && c.last_errors) || [];
+        const e = all[all.length - 1];
+        return e ? `${e.kind}: ${e.message} (${when(e.at_ms)})` : '—';
+      };
       const n = (c, k) => String(c && typeof c[k] === 'number' ? c[k] : 0);
       const parts = [table('Loaded plugins', ['Name', 'SHA-256', 'Limits', 'Calls', 'Drops', 'Replies', 'Forwards', 'Errors', 'Last error'],
         plugins.map((p) => {
@@ -361,7 +367,7 @@
           return row(p.name, h('code', { title: p.sha256 || '', text: String(p.sha256 || '').slice(0, 12) }),
             `${p.timeout_ms} ms, ${p.memory_mb} MB${p.kv ? ', kv' : ''}`,
             n(c, 'calls'), n(c, 'drops'), n(c, 'replies'), n(c, 'forwards'), errs(c),
-            p.last_error ? String(p.last_error) : '—');
+            lastError(c));
         }), 'No plugins loaded.')];
       const un = b.unavailable || [];
       if (un.length) {
