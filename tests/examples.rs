@@ -46,7 +46,7 @@ struct Example {
 impl Example {
     async fn start(mut config: Config) -> Example {
         let dir = tempfile::tempdir().expect("temp dir");
-        config.storage.url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        config.storage.url = crate::support::storage_url(dir.path());
         config.runtime.cache_dir = dir.path().join("plugin-cache");
         config.admin.token = Some(ADMIN_TOKEN.to_owned());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

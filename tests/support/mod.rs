@@ -1,6 +1,8 @@
-//! Test harness: a hub on 127.0.0.1:0 with a temporary SQLite file, a real
-//! loopback HTTP server playing the integrator, an SSE reader for the agent
-//! stream, and a `hub` child process for tests that kill or signal it.
+//! Test harness: a hub on 127.0.0.1:0 with a temporary SQLite file (or, with
+//! `HUB_TEST_DATABASE_URL` set, a fresh PostgreSQL database on that server:
+//! `scripts/with-postgres.sh`), a real loopback HTTP server playing the
+//! integrator, an SSE reader for the agent stream, and a `hub` child process
+//! for tests that kill or signal it.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -54,14 +56,13 @@ impl Default for HubOptions {
 
 /// Writes a `hub.toml` for a test into `dir` and returns its path.
 pub fn write_config(dir: &Path, opts: &HubOptions, listen: &str) -> PathBuf {
-    let db = dir.join("hub.db");
     let text = format!(
         "[server]\nlisten = \"{listen}\"\nmax_body_bytes = {}\nshutdown_grace_ms = {}\n\n\
-         [storage]\nurl = \"sqlite://{}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n\
+         [storage]\nurl = \"{}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n\
          [delivery]\nattempts = {}\nretry_interval_ms = {}\nattempt_timeout_ms = {}\n\n{}\n",
         opts.max_body_bytes,
         opts.shutdown_grace_ms,
-        db.display(),
+        storage_url(dir),
         opts.attempts,
         opts.retry_interval_ms,
         opts.attempt_timeout_ms,
@@ -70,6 +71,89 @@ pub fn write_config(dir: &Path, opts: &HubOptions, listen: &str) -> PathBuf {
     let path = dir.join("hub.toml");
     std::fs::write(&path, text).expect("write test config");
     path
+}
+
+/// The PostgreSQL server the suite runs on (`HUB_TEST_DATABASE_URL`, which
+/// `scripts/with-postgres.sh` sets), or `None`: SQLite, the default.
+pub fn postgres_server() -> Option<String> {
+    std::env::var("HUB_TEST_DATABASE_URL")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// Whether the suite runs on PostgreSQL. Tests of SQLite itself (its files,
+/// its settings) skip there: `skip_on_postgres`.
+pub fn on_postgres() -> bool {
+    postgres_server().is_some()
+}
+
+/// Prints why a test does nothing on PostgreSQL and returns `true` there:
+/// `if skip_on_postgres("…") { return; }`.
+pub fn skip_on_postgres(why: &str) -> bool {
+    if on_postgres() {
+        eprintln!("skipped on PostgreSQL: {why}");
+        return true;
+    }
+    false
+}
+
+/// The storage URL of the hub whose files are in `dir`: a SQLite file there,
+/// or, on PostgreSQL, a database of its own on the suite's server, created
+/// on first use. Its URL is kept in `dir`, so a restart (or a `hub` command
+/// on the same config) finds the same database.
+pub fn storage_url(dir: &Path) -> String {
+    let Some(server) = postgres_server() else {
+        return format!("sqlite://{}", dir.join("hub.db").display());
+    };
+    let kept = dir.join("postgres-url");
+    if let Ok(url) = std::fs::read_to_string(&kept) {
+        return url;
+    }
+    let name = format!("hub_t_{}", uuid::Uuid::new_v4().simple());
+    create_database(&server, &name);
+    let url = database_url(&server, &name);
+    std::fs::write(&kept, &url).expect("keep the test database's URL");
+    url
+}
+
+/// `server` (a URL of any database there) with its database replaced by `name`.
+fn database_url(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[authority_start..].find('/') {
+        Some(i) => &base[..authority_start + i],
+        None => base,
+    };
+    format!("{root}/{name}{query}")
+}
+
+/// Creates database `name` on `server`. Callers may be inside a runtime or
+/// not (`write_config` is a plain function), so the connection lives on a
+/// thread with a runtime of its own.
+fn create_database(server: &str, name: &str) {
+    let server = server.to_owned();
+    let sql = format!("CREATE DATABASE {name}");
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime to create the test database");
+        runtime.block_on(async {
+            use sqlx::{Connection, Executor};
+            let mut conn = sqlx::PgConnection::connect(&server)
+                .await
+                .unwrap_or_else(|e| panic!("HUB_TEST_DATABASE_URL {server}: {e}"));
+            conn.execute(sql.as_str())
+                .await
+                .unwrap_or_else(|e| panic!("{sql} on {server}: {e}"));
+            let _ = conn.close().await;
+        });
+    })
+    .join()
+    .expect("creating the test database");
 }
 
 /// The `.wasm` of an example plugin (`redact`, `spam_guard`, `crm_forward`,

@@ -434,8 +434,9 @@ pub async fn set_client_attributes(
     Ok(())
 }
 
-/// A chat read inside a write transaction: on SQLite the caller holds the write
-/// turn, so a decision taken on this state cannot race another writer.
+/// A chat read inside a write transaction: the caller holds the write turn
+/// (SQLite's one writer, PostgreSQL's advisory lock: `Store::begin_write`),
+/// so a decision taken on this state cannot race another writer.
 pub async fn chat_in_tx(
     conn: &mut AnyConnection,
     chat_id: i64,

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{Query, Scripts, json_cell, run, run_script, slots_for, values};
-use super::chats::CLIENT_MERGE;
-use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError};
+use super::chats::{CHAT_COLUMNS, CLIENT_MERGE, chat_from_row, upsert_client};
+use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError, is_postgres};
 use crate::event::Event;
 
 /// What failures of this module's statements say.
@@ -69,6 +69,13 @@ pub async fn write_customer_messages(
 ) -> Result<Vec<CustomerWritten>, StoreError> {
     if items.is_empty() {
         return Ok(Vec::new());
+    }
+    if is_postgres(conn) {
+        let mut written = Vec::with_capacity(items.len());
+        for item in items {
+            written.push(write_one(conn, item).await?);
+        }
+        return Ok(written);
     }
     let known = known_clients(conn, items).await?;
     let plan = Plan::new(items, known);
@@ -157,6 +164,103 @@ pub async fn write_customer_messages(
         });
     }
     Ok(written)
+}
+
+/// PostgreSQL: one message with one statement per step, what the batch
+/// script does for it. (PostgreSQL runs no script of several statements
+/// with parameters, and one statement cannot see its own rows, so the
+/// script's set-based steps would not see the batch's earlier messages.)
+async fn write_one(
+    conn: &mut AnyConnection,
+    item: &CustomerWrite,
+) -> Result<CustomerWritten, StoreError> {
+    let before: Option<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT name, phone, email FROM clients WHERE channel_id = $1 AND external_key = $2",
+    )
+    .bind(item.channel_id)
+    .bind(item.sender.id.as_key())
+    .fetch_optional(&mut *conn)
+    .await
+    .ctx(WHAT)?;
+    let mut client = upsert_client(conn, item.channel_id, &item.sender, item.now).await?;
+    // As the batch answers: the id as this message sent it.
+    client.external_id = item.sender.id.clone();
+    let profile_changed = before.is_some_and(|(name, phone, email)| {
+        name != client.name || phone != client.phone || email != client.email
+    });
+    let live = sqlx::query(&format!(
+        "SELECT {CHAT_COLUMNS} FROM chats WHERE client_id = $1 AND state <> 'closed' \
+         ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(client.id)
+    .fetch_optional(&mut *conn)
+    .await
+    .ctx(WHAT)?;
+    let mut chat = live.as_ref().map(chat_from_row).transpose()?;
+    let mut opened = false;
+    let mut message = None;
+    if let Some(body) = &item.body {
+        let mut live = match chat {
+            Some(chat) => chat,
+            None => {
+                opened = true;
+                super::chats::insert_chat(conn, item.channel_id, client.id, item.now).await?
+            }
+        };
+        let (id,): (i64,) = sqlx::query_as(
+            "INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
+             created_at) VALUES ($1, $2, 'client', NULL, $3, NULL, $4) RETURNING id",
+        )
+        .bind(item.uid.as_str())
+        .bind(live.id)
+        .bind(body.as_str())
+        .bind(item.now)
+        .fetch_one(&mut *conn)
+        .await
+        .ctx(WHAT)?;
+        sqlx::query("UPDATE chats SET last_message_at = $1 WHERE id = $2")
+            .bind(item.now)
+            .bind(live.id)
+            .execute(&mut *conn)
+            .await
+            .ctx(WHAT)?;
+        live.last_message_at = item.now;
+        message = Some(MessageRow {
+            id,
+            author_name: None,
+            uid: item.uid.clone(),
+            chat_id: live.id,
+            author: Author::Client,
+            agent_id: None,
+            body: serde_json::from_str(body)
+                .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?,
+            delivery: None,
+            delivery_error: None,
+            created_at: item.now,
+        });
+        chat = Some(live);
+    }
+    let e = &item.event;
+    sqlx::query(
+        "INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+         VALUES ($1, $2, 'in', $3, $4, $5, $6)",
+    )
+    .bind(e.id.to_string())
+    .bind(e.kind.as_str())
+    .bind(item.channel_id)
+    .bind(chat.as_ref().map(|c| c.id))
+    .bind(e.payload.to_string())
+    .bind(e.at)
+    .execute(&mut *conn)
+    .await
+    .ctx(WHAT)?;
+    Ok(CustomerWritten {
+        client,
+        profile_changed,
+        chat,
+        opened,
+        message,
+    })
 }
 
 /// One message's result: seq, client id, visitor number, its live chat (id,

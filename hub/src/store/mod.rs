@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Transaction};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use agents::{Agent, NewAgent};
 pub use bots::{Bot, BotState, NewBot};
@@ -94,6 +95,8 @@ pub struct Store {
     backend: Backend,
     /// SQLite's one writer connection with its group commit.
     writer: Option<Arc<writer::Group>>,
+    /// PostgreSQL: this process's turn to write (see [`Store::begin_write`]).
+    pg_turn: Arc<Mutex<()>>,
     channel_cache: Arc<channels::ChannelCache>,
 }
 
@@ -110,8 +113,13 @@ pub struct TxConn<'a>(TxInner<'a>);
 enum TxInner<'a> {
     /// SQLite: a savepoint in the group's shared transaction.
     Shared(writer::SharedTx<'a>),
-    /// PostgreSQL: a transaction of its own.
-    Own(Transaction<'static, Any>),
+    /// PostgreSQL: a transaction of its own, holding the write turn.
+    Own {
+        tx: Transaction<'static, Any>,
+        /// Held until the commit is done, so the process's next writer does
+        /// not take a pool connection only to wait on the database's lock.
+        turn: OwnedMutexGuard<()>,
+    },
 }
 
 impl std::ops::Deref for TxConn<'_> {
@@ -119,7 +127,7 @@ impl std::ops::Deref for TxConn<'_> {
     fn deref(&self) -> &AnyConnection {
         match &self.0 {
             TxInner::Shared(tx) => tx.conn_ref(),
-            TxInner::Own(tx) => tx,
+            TxInner::Own { tx, .. } => tx,
         }
     }
 }
@@ -128,7 +136,7 @@ impl std::ops::DerefMut for TxConn<'_> {
     fn deref_mut(&mut self) -> &mut AnyConnection {
         match &mut self.0 {
             TxInner::Shared(tx) => tx.conn(),
-            TxInner::Own(tx) => tx,
+            TxInner::Own { tx, .. } => tx,
         }
     }
 }
@@ -146,7 +154,11 @@ impl WriteTx<'_> {
     pub fn into_commit(self) -> Committing {
         match self.tx.0 {
             TxInner::Shared(tx) => Box::pin(tx.commit()),
-            TxInner::Own(tx) => Box::pin(async move { tx.commit().await.ctx("committing") }),
+            TxInner::Own { tx, turn } => Box::pin(async move {
+                let done = tx.commit().await.ctx("committing");
+                drop(turn);
+                done
+            }),
         }
     }
 }
@@ -170,6 +182,44 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../migrations/sqlite/0007_widget.sql")),
     (8, include_str!("../../migrations/sqlite/0008_console.sql")),
 ];
+
+/// PostgreSQL's schema: the same tables, columns and meaning as
+/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect.
+const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        include_str!("../../migrations/postgres/0001_channel.sql"),
+    ),
+    (
+        2,
+        include_str!("../../migrations/postgres/0002_plugins.sql"),
+    ),
+    (
+        3,
+        include_str!("../../migrations/postgres/0003_webhooks_crm.sql"),
+    ),
+    (
+        4,
+        include_str!("../../migrations/postgres/0004_crm_indexes.sql"),
+    ),
+    (
+        5,
+        include_str!("../../migrations/postgres/0005_delivery_fixes.sql"),
+    ),
+    (6, include_str!("../../migrations/postgres/0006_bots.sql")),
+    (7, include_str!("../../migrations/postgres/0007_widget.sql")),
+    (
+        8,
+        include_str!("../../migrations/postgres/0008_console.sql"),
+    ),
+];
+
+/// How a PostgreSQL write transaction starts: `BEGIN` and the write turn in
+/// one round trip. The turn is an advisory lock every write transaction (and
+/// the migration) holds until it ends: the one write turn SQLite has, for
+/// every instance on the database. Its key is "hub_writ" in ASCII
+/// (0x6875_625f_7772_6974).
+const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(7527030514385054068)";
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending
@@ -215,6 +265,7 @@ impl Store {
             pool,
             backend,
             writer,
+            pg_turn: Arc::default(),
             channel_cache: Arc::default(),
         };
         store.migrate().await?;
@@ -236,6 +287,7 @@ impl Store {
             pool,
             backend: Backend::Sqlite,
             writer: Some(open_writer(&url, Durability::Normal).await?),
+            pg_turn: Arc::default(),
             channel_cache: Arc::default(),
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
@@ -256,24 +308,81 @@ impl Store {
     }
 
     /// Starts a transaction that will write.
+    ///
+    /// On PostgreSQL every write transaction holds one advisory lock, so
+    /// writes take turns as they do on SQLite (and across instances): the
+    /// core decides on state it read in its transaction (a chat's state, a
+    /// client's live chat, the visitor counter) and relies on no one writing
+    /// in between. Reads need no turn.
     pub async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
         let inner = match &self.writer {
             Some(group) => TxInner::Shared(group.begin().await?),
-            None => TxInner::Own(self.pool.begin().await.ctx("starting a transaction")?),
+            None => {
+                let turn = self.pg_turn.clone().lock_owned().await;
+                let tx = self
+                    .pool
+                    .begin_with(PG_BEGIN_WRITE)
+                    .await
+                    .ctx("starting a transaction")?;
+                TxInner::Own { tx, turn }
+            }
         };
         Ok(WriteTx { tx: TxConn(inner) })
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let migrations = match self.backend {
-            Backend::Sqlite => SQLITE_MIGRATIONS,
-            Backend::Postgres => {
-                return Err(StoreError::Corrupt(
-                    "PostgreSQL storage is not available in this version".to_owned(),
-                ));
+        match self.backend {
+            Backend::Sqlite => self.apply(SQLITE_MIGRATIONS).await,
+            Backend::Postgres => self.apply_postgres(POSTGRES_MIGRATIONS).await,
+        }
+    }
+
+    /// Applies PostgreSQL's pending migrations in one transaction under the
+    /// write lock: instances starting together on an empty database take
+    /// turns, and the later ones find the schema done (creating even the
+    /// migrations table unlocked would race: `IF NOT EXISTS` is no lock).
+    async fn apply_postgres(&self, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with(PG_BEGIN_WRITE)
+            .await
+            .ctx("locking the schema")?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS schema_migrations \
+             (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await
+        .ctx("creating the migrations table")?;
+        let done: Vec<(i64,)> = sqlx::query_as("SELECT version FROM schema_migrations")
+            .fetch_all(&mut *tx)
+            .await
+            .ctx("reading applied migrations")?;
+        let mut applied = Vec::new();
+        for (version, sql) in migrations {
+            if done.iter().any(|(v,)| v == version) {
+                continue;
             }
-        };
-        self.apply(migrations).await
+            sqlx::raw_sql(sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|source| StoreError::Migration {
+                    version: *version,
+                    source,
+                })?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(*version)
+                .bind(crate::clock::now_ms())
+                .execute(&mut *tx)
+                .await
+                .ctx("recording a migration")?;
+            applied.push(*version);
+        }
+        tx.commit().await.ctx("committing the migrations")?;
+        for version in applied {
+            tracing::info!(version, "applied migration");
+        }
+        Ok(())
     }
 
     async fn apply(&self, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
@@ -450,6 +559,12 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     } else {
         Ok(format!("{url}?mode=rwc"))
     }
+}
+
+/// Whether `conn` talks to PostgreSQL: the batch writers take another way
+/// there (one statement per item), as SQLite's scripts do not run on it.
+pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
+    conn.backend_name() == "PostgreSQL"
 }
 
 /// Reads a 0/1 integer column as a bool.

@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{self, Scripts, slots_for, values};
-use super::{Ctx, DeliveryState, Store, StoreError, flag};
+use super::{Ctx, DeliveryState, Store, StoreError, flag, is_postgres};
 use crate::event::Event;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -483,6 +483,12 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
     if rows.is_empty() {
         return Ok(());
     }
+    if is_postgres(conn) {
+        for row in rows {
+            finish_one(conn, row).await?;
+        }
+        return Ok(());
+    }
     let slots = slots_for(rows.len());
     let mut query = sqlx::query(FINISH_SCRIPTS.get(slots));
     for (ord, row) in rows.iter().enumerate() {
@@ -512,6 +518,37 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
     }
     batch::run(conn, query, "recording delivery results").await?;
     Ok(())
+}
+
+/// PostgreSQL: one result with one statement per step, what the batch
+/// script does for it (PostgreSQL runs no script of several statements with
+/// parameters).
+async fn finish_one(conn: &mut AnyConnection, row: &Finished) -> Result<(), StoreError> {
+    const WHAT: &str = "recording delivery results";
+    sqlx::query(
+        "UPDATE outbox SET state = $1, last_error = COALESCE($2, last_error), \
+         lease_until = NULL, finished_at = $3, attempts = $4, \
+         response = COALESCE($5, response) WHERE seq = $6",
+    )
+    .bind(row.state.as_str())
+    .bind(row.error.as_deref())
+    .bind(row.now)
+    .bind(row.attempts)
+    .bind(row.answer.as_deref().map(kept_answer))
+    .bind(row.seq)
+    .execute(&mut *conn)
+    .await
+    .ctx(WHAT)?;
+    if let Some((id, state)) = row.message {
+        sqlx::query("UPDATE messages SET delivery_state = $1, delivery_error = $2 WHERE id = $3")
+            .bind(state.as_str())
+            .bind(row.error.as_deref())
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .ctx(WHAT)?;
+    }
+    super::events::insert_event(conn, &row.event).await
 }
 
 const FINISH_COLUMNS: usize = 16;

@@ -12,7 +12,7 @@ use sqlx::AnyConnection;
 
 use super::batch::{Query, Scripts, json_cell, run, slots_for, values};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
-use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError};
+use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError, is_postgres};
 use crate::event::Event;
 
 /// Largest batch the writer takes at once.
@@ -43,8 +43,13 @@ pub async fn chats_by_ids(
     ids: &[i64],
 ) -> Result<HashMap<i64, Chat>, StoreError> {
     let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    let ids = if is_postgres(conn) {
+        "SELECT value::BIGINT FROM json_array_elements_text($1::JSON)"
+    } else {
+        "SELECT value FROM json_each($1)"
+    };
     let rows = sqlx::query(&format!(
-        "SELECT {CHAT_COLUMNS} FROM chats WHERE id IN (SELECT value FROM json_each($1))"
+        "SELECT {CHAT_COLUMNS} FROM chats WHERE id IN ({ids})"
     ))
     .bind(list)
     .fetch_all(conn)
@@ -63,6 +68,13 @@ pub async fn write_outgoing(
 ) -> Result<Vec<Option<i64>>, StoreError> {
     if items.is_empty() {
         return Ok(Vec::new());
+    }
+    if is_postgres(conn) {
+        let mut ids = Vec::with_capacity(items.len());
+        for item in items {
+            ids.push(write_one(conn, item).await?);
+        }
+        return Ok(ids);
     }
     let slots = slots_for(items.len());
     let mut query = sqlx::query(SCRIPTS.get(slots));
@@ -84,6 +96,67 @@ pub async fn write_outgoing(
         )));
     }
     Ok(ids.into_iter().map(|(_, id)| id).collect())
+}
+
+/// PostgreSQL: one message with one statement per step, what the batch
+/// script does for it (PostgreSQL runs no script of several statements with
+/// parameters).
+async fn write_one(
+    conn: &mut AnyConnection,
+    item: &OutgoingWrite,
+) -> Result<Option<i64>, StoreError> {
+    const WHAT: &str = "storing agent messages";
+    let state = if item.answered {
+        DeliveryState::Delivered
+    } else {
+        DeliveryState::Pending
+    };
+    let mut message_id = None;
+    if let Some(body) = &item.body {
+        let (id,): (i64,) = sqlx::query_as(
+            "INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(item.uid.as_str())
+        .bind(item.chat_id)
+        .bind(item.author.as_str())
+        .bind(item.agent_id)
+        .bind(body.as_str())
+        .bind(state.as_str())
+        .bind(item.now)
+        .fetch_one(&mut *conn)
+        .await
+        .ctx(WHAT)?;
+        sqlx::query("UPDATE chats SET last_message_at = $1 WHERE id = $2")
+            .bind(item.now)
+            .bind(item.chat_id)
+            .execute(&mut *conn)
+            .await
+            .ctx(WHAT)?;
+        message_id = Some(id);
+    }
+    let e = &item.event;
+    sqlx::query(
+        "INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(e.id.to_string())
+    .bind(e.kind.as_str())
+    .bind(e.direction.as_str())
+    .bind(e.channel_id)
+    .bind(item.chat_id)
+    .bind(e.payload.to_string())
+    .bind(e.at)
+    .execute(&mut *conn)
+    .await
+    .ctx(WHAT)?;
+    if !item.answered {
+        let mut delivery = item.delivery.clone();
+        delivery.message_id = message_id;
+        delivery.chat_id = Some(item.chat_id);
+        super::outbox::enqueue(conn, &delivery, item.now).await?;
+    }
+    Ok(message_id)
 }
 
 const COLUMNS: usize = 24;

@@ -209,7 +209,7 @@ impl Store {
         let rows = sqlx::query(&format!(
             "SELECT * FROM (SELECT {columns} FROM messages m JOIN chats c ON c.id = m.chat_id \
              WHERE c.client_id = $1 AND m.created_at >= $2 ORDER BY m.id DESC LIMIT $3) \
-             ORDER BY id"
+             AS latest ORDER BY id"
         ))
         .bind(client_id)
         .bind(from)
