@@ -795,11 +795,13 @@ async fn changed_payloads_are_checked_against_the_channel_rules() {
 async fn routes_filter_by_channel_and_chain_plugins_in_order() {
     // redact then a plugin that drops what still contains "secret": the
     // order is the route's, and only channel `web` is routed.
-    let wiring = plugin_toml("redact", "redact", "", "")
+    // Generous timeouts: on a loaded machine a call past the default 100 ms
+    // would be skipped (`on_error = "skip"`) and the test would measure that.
+    let wiring = plugin_toml("redact", "redact", "timeout_ms = 2000", "")
         + &plugin_toml(
             "guard",
             "spam_guard",
-            "",
+            "timeout_ms = 2000",
             "patterns = [\"[email]\"]\nmax_messages = 100",
         )
         + "[[routes]]\nevents = [\"channel.*\"]\nchannels = [\"web\"]\nplugins = [\"redact\", \"guard\"]\n\n";
