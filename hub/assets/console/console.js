@@ -23,7 +23,8 @@
     chats: new Map(), // id -> chat summary (as GET /agent/v1/chats lists it)
     channels: new Map(), // channel_id -> name
     agents: new Map(), // agent_id -> name (learned from typing events)
-    unread: new Map(), // chat id -> unread client messages
+    unread: new Map(), // chat id -> Set of unread client message ids
+    touched: new Map(), // chat id -> when an event last changed it (performance.now())
     seen: {}, // chat id -> last_message_at seen here (localStorage)
     openId: null,
     view: null, // GET /agent/v1/chats/{id} of the open chat
@@ -62,7 +63,7 @@
 
   function add(el, kids) {
     if (kids == null) return el;
-    for (const c of [].concat(kids)) {
+    for (const c of [kids].flat(Infinity)) {
       if (c == null || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -102,6 +103,9 @@
     return String(s).replace(/&(lt|gt|quot|#39|amp);/g, (_, e) =>
       ({ lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' })[e]);
   }
+
+  /** A URL as people read it: no scheme, no trailing slash. */
+  const shortUrl = (u) => String(u).replace(/^https?:\/\//, '').replace(/\/$/, '');
 
   const str = (v) => (v == null ? '' : typeof v === 'object' ? JSON.stringify(v) : String(v));
 
@@ -210,6 +214,16 @@
     });
     document.addEventListener('pointerdown', unlockAudio, { once: true });
     document.addEventListener('keydown', unlockAudio, { once: true });
+    // Up and down arrows move between the chats of the list.
+    document.querySelector('.list').addEventListener('keydown', (e) => {
+      if (e.key !== 'ArrowDown' && e.key !== 'ArrowUp') return;
+      const items = [...document.querySelectorAll('.list .item')];
+      const i = items.indexOf(document.activeElement);
+      if (i < 0) return;
+      e.preventDefault();
+      const next = items[i + (e.key === 'ArrowDown' ? 1 : -1)];
+      if (next) next.focus();
+    });
     window.addEventListener('hashchange', () => {
       const id = hashChat();
       if (S.agent && id && id !== S.openId) openChat(id);
@@ -293,6 +307,7 @@
     S.csrf = null;
     S.chats = new Map();
     S.unread = new Map();
+    S.touched = new Map();
     closeOpenChat();
     renderList();
     clear($('admin-view'));
@@ -368,6 +383,13 @@
     }
   }
 
+  /** Read out by screen readers (a polite live region). */
+  function announce(text) {
+    const el = $('announce');
+    el.textContent = '';
+    setTimeout(() => { el.textContent = text; }, 50);
+  }
+
   function setConn(text) {
     $('conn').textContent = text || '';
   }
@@ -376,6 +398,7 @@
 
   async function loadChats() {
     const seq = ++S.loadSeq;
+    const started = performance.now();
     const r = await api('GET', '/agent/v1/chats?state=all');
     if (!S.agent || seq !== S.loadSeq) return;
     if (!ok(r)) {
@@ -387,6 +410,8 @@
       fresh.set(c.id, c);
       S.channels.set(c.channel_id, c.channel);
     }
+    // What events changed while the list was on its way is newer than the list.
+    for (const [id, c] of S.chats) if ((S.touched.get(id) || 0) > started) fresh.set(id, c);
     S.chats = fresh;
     const todo = [];
     for (const c of fresh.values()) {
@@ -403,21 +428,28 @@
     const worker = async () => {
       for (let c = queue.shift(); c; c = queue.shift()) {
         const v = await api('GET', `/agent/v1/chats/${c.id}`);
-        if (ok(v) && seq === S.loadSeq) S.unread.set(c.id, countUnread(v.body.messages || [], S.seen[c.id] || 0));
+        if (ok(v) && seq === S.loadSeq) {
+          const ids = countUnread(v.body.messages || [], S.seen[c.id] || 0);
+          for (const m of S.unread.get(c.id) || []) ids.add(m);
+          if (ids.size && c.id !== S.openId) S.unread.set(c.id, ids);
+        }
       }
     };
     await Promise.all([worker(), worker(), worker(), worker()]);
     if (seq === S.loadSeq) renderList();
   }
 
+  /** The ids of client messages after both `seenAt` and the last agent reply. */
   function countUnread(messages, seenAt) {
-    let n = 0;
+    const ids = new Set();
     for (const m of messages) {
-      if (m.author === 'agent') n = 0;
-      else if (m.author === 'client' && m.created_at > seenAt) n++;
+      if (m.author === 'agent') ids.clear();
+      else if (m.author === 'client' && m.created_at > seenAt) ids.add(m.id);
     }
-    return n;
+    return ids;
   }
+
+  const unreadOf = (id) => (S.unread.has(id) ? S.unread.get(id).size : 0);
 
   function group(c) {
     if (c.state === 'closed') return 'closed';
@@ -450,7 +482,7 @@
   }
 
   function chatItem(c) {
-    const n = S.unread.get(c.id) || 0;
+    const n = unreadOf(c.id);
     const name = c.client_name || 'Anonymous';
     let tag = '';
     if (c.bot && c.state === 'open') tag = c.bot.state === 'bot' ? `with bot ${c.bot.name || ''}` : 'invited by a bot';
@@ -479,7 +511,7 @@
     let n = 0;
     for (const [id, k] of S.unread) {
       const c = S.chats.get(id);
-      if (c && c.state !== 'closed') n += k;
+      if (c && c.state !== 'closed') n += k.size;
     }
     document.title = n ? `(${n}) ${TITLE}` : TITLE;
   }
@@ -490,6 +522,7 @@
     const c = S.chats.get(chat.id) || { channel: S.channels.get(chat.channel_id) || '', client_name: 'Anonymous' };
     Object.assign(c, chat, extra || {});
     S.chats.set(chat.id, c);
+    S.touched.set(chat.id, performance.now());
     return c;
   }
 
@@ -499,12 +532,13 @@
     if (S.es) S.es.close();
     const es = new EventSource('/agent/v1/stream');
     S.es = es;
+    // Subscribed: read the list now, so nothing that happened before is missed.
     es.onopen = () => {
       setConn('');
-      if (S.streamDown) {
-        S.streamDown = false;
-        reloadAll();
-      }
+      const was = S.streamDown;
+      S.streamDown = false;
+      loadChats();
+      if (was && S.openId) openChat(S.openId, true);
     };
     es.onerror = () => {
       if (S.es !== es) return;
@@ -557,28 +591,39 @@
         if (d.bot) extra.bot = { name: d.bot.name, state: d.bot.state };
         const c = upsertChat(d.chat || { id, channel_id: ev.channel_id }, extra);
         renderList();
-        if (!known || name === 'chat.invited') newChat(c);
+        if (!known || name === 'chat.invited') {
+          newChat(c);
+          announce(`New chat: ${c.client_name || 'Anonymous'}`);
+        }
         if (isOpen) refreshView();
         break;
       }
       case 'chat.message': {
         const m = d.message;
         if (!m) break;
-        const c = S.chats.get(id) || upsertChat({ id, channel_id: ev.channel_id, state: 'open' });
-        c.last_message_at = Math.max(c.last_message_at || 0, m.created_at || Date.now());
-        if (d.client && d.client.name) c.client_name = d.client.name;
+        const c = S.chats.get(id);
+        if (c) {
+          c.last_message_at = Math.max(c.last_message_at || 0, m.created_at || Date.now());
+          if (d.client && d.client.name) c.client_name = d.client.name;
+          S.touched.set(id, performance.now());
+        } else loadChats(); // a chat this page has not seen yet
         if (m.author === 'client') {
           if (isOpen && visible()) markSeen(c);
-          else S.unread.set(id, (S.unread.get(id) || 0) + 1);
+          else S.unread.set(id, (S.unread.get(id) || new Set()).add(m.id));
         } else if (m.author === 'agent') {
           S.unread.delete(id);
         }
-        if (!S.chats.has(id)) loadChats();
         renderList();
         if (isOpen) {
           if (d.client) S.view.client = d.client;
           if (m.author === 'client') showClientTyping(false);
+          const fresh = !S.msgEls.has(m.id);
           addMessage(m);
+          if (fresh && m.author !== 'agent') {
+            const [who] = authorOf(m);
+            const text = messageBody(m.body || {}).map((el) => el.textContent).join(' ');
+            announce(`${who}: ${text}`);
+          }
         }
         break;
       }
@@ -847,10 +892,13 @@
   function setDelivery(id, state, error) {
     const li = S.msgEls.get(id);
     if (!li) return;
+    const word = state === 'delivered' || state === 'failed' ? state : 'pending';
+    // Answers and stream events race: a settled state never goes back to pending.
+    if (word === 'pending' && li.dataset.delivery && li.dataset.delivery !== 'pending') return;
+    li.dataset.delivery = word;
     let p = li.querySelector('.delivery');
     if (!p) p = add(li, h('p', { class: 'delivery' })).lastChild;
     clear(p);
-    const word = state === 'delivered' || state === 'failed' ? state : 'pending';
     add(p, [h('span', { class: `state ${word}`, text: word })]);
     if (word === 'failed' && error) add(p, [' ', h('span', { class: 'delivery-error', text: String(error) })]);
     li.classList.toggle('failed', word === 'failed');
@@ -910,11 +958,14 @@
     const r = await api('POST', `/agent/v1/chats/${id}/accept`);
     if (!ok(r)) return chatError(r, 'Cannot accept the chat');
     if (S.openId === id && S.view) {
+      // The button goes away: its focus moves on to the reply box, unless the agent is elsewhere already.
+      const where = document.activeElement;
+      const move = !where || where === document.body || where === $('accept');
       S.view.chat = Object.assign(S.view.chat || {}, r.body);
       upsertChat(r.body);
       renderList();
       renderHead();
-      $('message').focus();
+      if (move) $('message').focus();
     }
   }
 
@@ -1029,18 +1080,19 @@
         c.visitor_number ? h('p', { class: 'muted', text: `Visitor ${c.visitor_number}` }) : null,
       ]),
     ]));
+    add(panel, h('div', { id: 'p-integration' }));
     add(panel, box('Profile', dl([
       ['Phone', c.phone],
       ['E-mail', c.email],
-      ['Page', c.url ? link(c.url, c.url) : null],
+      ['Page', c.url ? link(c.url, shortUrl(c.url)) : null],
       ['Invite', c.invite],
-      ['User token', c.external_id],
+      ['User ID', c.external_id],
+      ['User token', v.visitor && v.visitor.user_token],
     ]) || h('p', { class: 'muted', text: 'Nothing more is known.' })));
-    add(panel, h('div', { id: 'p-integration' }));
     const visitor = visitorBox(v.visitor);
     if (visitor) add(panel, visitor);
-    add(panel, h('div', { id: 'p-attributes' }));
     add(panel, h('div', { id: 'p-crm' }));
+    add(panel, h('div', { id: 'p-attributes' }));
     if (Array.isArray(v.calls) && v.calls.length) {
       add(panel, box('Calls', h('ul', { class: 'rows' }, v.calls.map((k) =>
         h('li', { text: [k.type, k.phone, k.status, k.reason].filter(Boolean).join(' · ') })))));
@@ -1057,7 +1109,7 @@
       const title = f.title != null ? t(f.title) : '';
       const line = h('p', { class: 'field-line' }, [
         f.key != null && f.key !== '' ? h('strong', { text: `${t(f.key)}: ` }) : null,
-        safeUrl(f.link) ? link(f.link, content || title || f.link) : content,
+        safeUrl(f.link) ? link(f.link, content || title || f.link) : h('span', { text: content }),
       ]);
       return h('li', { class: 'field' }, [title ? h('p', { class: 'field-title', text: title }) : null, line]);
     }));
@@ -1067,7 +1119,9 @@
     if (!x) return null;
     const rows = [];
     const page = x.page || {};
-    if (page.url || page.title) rows.push(['On page', page.url ? link(page.url, page.title || page.url) : page.title]);
+    // A custom channel's page is the client's url, already in the profile.
+    const same = page.url && S.view && S.view.client && page.url === S.view.client.url && !page.title;
+    if ((page.url || page.title) && !same) rows.push(['On page', page.url ? link(page.url, page.title || shortUrl(page.url)) : page.title]);
     if (x.referrer) rows.push(['Came from', link(x.referrer, x.referrer)]);
     if (x.utm_json && typeof x.utm_json === 'object') {
       for (const k of Object.keys(x.utm_json)) rows.push([`UTM ${k}`, str(x.utm_json[k])]);
@@ -1146,15 +1200,17 @@
     const name = h('input', { id: 'attr-name', required: true, autocomplete: 'off' });
     const value = h('input', { id: 'attr-value', autocomplete: 'off' });
     const form = h('form', { class: 'mini' }, [
-      h('label', { for: 'attr-name', text: 'Attribute' }), name,
-      h('label', { for: 'attr-value', text: 'Value' }), value,
-      h('button', { type: 'submit', text: 'Save attribute' }),
+      h('div', { class: 'two' }, [
+        h('div', null, [h('label', { for: 'attr-name', text: 'Attribute' }), name]),
+        h('div', null, [h('label', { for: 'attr-value', text: 'Value' }), value]),
+      ]),
+      h('button', { type: 'submit', class: 'primary', text: 'Save attribute' }),
     ]);
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       if (name.value.trim()) saveAttribute(name.value.trim(), value.value);
     });
-    add(el, box('Attributes', [keys.length ? list : h('p', { class: 'muted', text: 'No attributes yet.' }), form]));
+    add(el, box('Attributes', [keys.length ? list : h('p', { class: 'muted', text: 'No attributes yet.' }), quick('Set an attribute', form)]));
   }
 
   async function saveAttribute(key, value) {
@@ -1226,7 +1282,8 @@
         h('div', null, [h('label', { for: 'deal-amount', text: 'Amount' }), amount]),
         h('div', null, [h('label', { for: 'deal-pipeline', text: 'Pipeline' }), pipeline]),
       ]),
-      h('button', { type: 'submit', disabled: !pipes.length, text: 'Add deal' }),
+      pipes.length ? null : h('p', { class: 'muted', text: 'Deals need a pipeline: create one in the CRM first.' }),
+      h('button', { type: 'submit', class: 'primary', disabled: !pipes.length, text: 'Add deal' }),
     ]);
     dealForm.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -1251,7 +1308,7 @@
     const taskForm = h('form', { class: 'mini' }, [
       h('label', { for: 'task-text', text: 'Task' }), text,
       h('label', { for: 'task-due', text: 'Due' }), due,
-      h('button', { type: 'submit', text: 'Add task' }),
+      h('button', { type: 'submit', class: 'primary', text: 'Add task' }),
     ]);
     taskForm.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -1267,14 +1324,24 @@
     add(el, [
       box('Deals', [
         deals.length ? dealList : h('p', { class: 'muted', text: crm.deals ? 'No deals yet.' : 'Deals cannot be read.' }),
-        dealForm,
+        quick('New deal', dealForm),
       ]),
       box('Tasks', [
         tasks.length ? taskList : h('p', { class: 'muted', text: crm.tasks ? 'No tasks yet.' : 'Tasks cannot be read.' }),
-        taskForm,
+        quick('New task', taskForm),
       ]),
       h('p', { id: 'crm-error', class: 'form-error', role: 'alert', text: crm.error ? `CRM: ${crm.error}` : '' }),
     ]);
+  }
+
+  /** A quick-create form, folded under a summary until wanted. */
+  function quick(title, form) {
+    const d = h('details', { class: 'quick' }, [h('summary', { text: title }), form]);
+    d.addEventListener('toggle', () => {
+      const first = d.open && form.querySelector('input');
+      if (first) first.focus();
+    });
+    return d;
   }
 
   function crmError(r, what) {
