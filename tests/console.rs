@@ -563,3 +563,43 @@ async fn behind_an_https_proxy_the_cookie_is_secure() {
     assert!(!cookie(&resp).contains("Secure"), "{}", cookie(&resp));
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_chat_view_names_each_agent_and_shows_the_clients_attributes() {
+    let hub = TestHub::start().await;
+    let ann = hub.create_agent("Ann", "ann@example.com").await;
+    let ch = hub
+        .create_channel(
+            "shop",
+            "http://127.0.0.1:9/never",
+            false,
+            &["ann@example.com"],
+        )
+        .await;
+    hub.say(&ch, json!("c-1"), "hello").await;
+    let chat = ann.chats().await[0]["id"].as_i64().expect("chat id");
+    let view = ann.chat(chat).await;
+    assert_eq!(view["attributes"], json!({}), "no attributes yet: {view}");
+    ann.reply(chat, "hi, Ann here").await;
+    let (status, _) = ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/chats/{chat}/attributes"),
+            Some(json!({ "attributes": { "tier": "gold" } })),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let view = ann.chat(chat).await;
+    assert_eq!(view["attributes"], json!({ "tier": "gold" }));
+    let mine = &view["messages"][1];
+    assert_eq!(
+        (&mine["author"], &mine["author_name"]),
+        (&json!("agent"), &json!("Ann")),
+        "{mine}"
+    );
+    assert!(
+        view["messages"][0]["author_name"].is_null(),
+        "a client message got a name"
+    );
+    hub.shutdown().await;
+}

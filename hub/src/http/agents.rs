@@ -221,6 +221,9 @@ async fn chat_view(app: &App, agent: &Agent, chat_id: i64) -> Resp {
             StatusCode::OK,
             &json!({ "chat": chat, "client": client_view(&client), "messages": messages,
                      "integration": integration,
+                     "attributes": extras.attributes.as_deref()
+                         .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                         .unwrap_or_else(|| json!({})),
                      "bot": bot.map(|b| json!({ "id": b.bot_id, "name": b.name, "state": b.state })),
                      "visitor": visitor_view(&client, extras), "calls": calls }),
         ),
@@ -251,6 +254,7 @@ fn visitor_view(client: &crate::store::Client, x: crate::store::widget::VisitorE
         "geoip": parse(x.geoip_json),
         "visits_count": x.visits_count,
         "description": x.description,
+        "user_token": x.user_token,
     })
 }
 

@@ -681,9 +681,14 @@ impl Store {
     }
 
     pub async fn messages_of_chat(&self, chat_id: i64) -> Result<Vec<MessageRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = $1 ORDER BY id"
-        ))
+        // Agent messages carry the agent's name as it is now: agents see who
+        // of them wrote what.
+        let rows = sqlx::query(
+            "SELECT m.id, m.uid, m.chat_id, m.author, m.agent_id, m.body, m.delivery_state, \
+             m.delivery_error, m.created_at, COALESCE(m.author_name, a.name) \
+             FROM messages m LEFT JOIN agents a ON a.id = m.agent_id \
+             WHERE m.chat_id = $1 ORDER BY m.id",
+        )
         .bind(chat_id)
         .fetch_all(self.pool())
         .await

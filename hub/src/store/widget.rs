@@ -150,6 +150,10 @@ pub struct VisitorExtras {
     pub geoip_json: Option<String>,
     pub visits_count: i64,
     pub history_from: Option<i64>,
+    /// `setUserToken`'s token.
+    pub user_token: Option<String>,
+    /// The client's attributes (a JSON object as text), set by agents.
+    pub attributes: Option<String>,
 }
 
 impl Store {
@@ -169,7 +173,8 @@ impl Store {
     pub async fn visitor_extras(&self, client_id: i64) -> Result<VisitorExtras, StoreError> {
         let row = sqlx::query(
             "SELECT description, widget_custom_data, page_title, referrer, ip, user_agent, \
-             utm_json, geoip_json, visits_count, history_from FROM clients WHERE id = $1",
+             utm_json, geoip_json, visits_count, history_from, user_token, attributes \
+             FROM clients WHERE id = $1",
         )
         .bind(client_id)
         .fetch_optional(self.pool())
@@ -190,6 +195,8 @@ impl Store {
             geoip_json: text("geoip_json")?,
             visits_count: row.try_get("visits_count").ctx("reading a visitor")?,
             history_from: row.try_get("history_from").ctx("reading a visitor")?,
+            user_token: text("user_token")?,
+            attributes: text("attributes")?,
         })
     }
 
