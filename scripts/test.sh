@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs what the suite
-# needs (the wasm32-wasip2 target, chromium and playwright-core for the widget),
+# needs (the wasm32-wasip2 target, PostgreSQL, chromium and playwright-core),
 # builds the plugins, runs their native unit tests, then the hub's unit and
-# end-to-end tests, then the website widget's tests in a real browser.
+# end-to-end tests on SQLite and again on PostgreSQL, then the widget's and the
+# console's tests in a real browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The suite's database is an embedded SQLite file and its integrators, CRMs
-# and bots are loopback HTTP servers: nothing else to install.
+# and bots are loopback HTTP servers.
 ./scripts/build-plugins.sh
 ./scripts/test-plugins.sh
 cargo test --workspace --locked --no-fail-fast "$@"
+# The same end-to-end suite on PostgreSQL: a throwaway cluster in a temporary
+# directory (Debian's packages, installed if missing), removed afterwards. Set
+# HUB_TEST_DATABASE_URL to run it against a server of your own instead.
+./scripts/with-postgres.sh cargo test -p hub --test e2e --locked --no-fail-fast "$@"
 # The widget runs in visitors' browsers, so only a browser can test it: Debian's
 # chromium against the hub binary, on a page served from another origin.
 ./scripts/test-browser.sh
