@@ -184,9 +184,13 @@ pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store,
 /// know the address before the hub starts); `[server] listen` is not used.
 pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
     let store = open_store(&config.storage).await?;
-    // One instance per database (until the PostgreSQL work): every lease left
-    // in it belongs to a process that is gone.
-    let reclaimed = store.reclaim_leases().await?;
+    // A SQLite file has one hub: every lease left in it belongs to a process
+    // that is gone. On PostgreSQL other instances may hold live leases; rows
+    // of a dead one are taken over when their lease runs out.
+    let reclaimed = match store.backend() {
+        crate::store::Backend::Sqlite => store.reclaim_leases().await?,
+        crate::store::Backend::Postgres => 0,
+    };
     if reclaimed > 0 {
         tracing::info!(
             deliveries = reclaimed,

@@ -208,7 +208,19 @@ pub struct DeliveryConfig {
     pub retry_interval_ms: u64,
     #[serde(default = "default_interval_ms")]
     pub attempt_timeout_ms: u64,
+    /// How long an instance holds a delivery it is attempting; another
+    /// instance takes the row over after that (one that died mid-attempt).
+    /// Longer than every attempt's timeout, or the hub refuses to start.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
 }
+
+fn default_lease_ms() -> u64 {
+    30_000
+}
+
+/// The bot exchange's timeout per request (the spec's 3 s).
+pub const BOT_EXCHANGE_TIMEOUT_MS: u64 = 3_000;
 
 /// A channel declared in `hub.toml`, created on first start and matched by name after.
 #[derive(Debug, Clone, Deserialize)]
@@ -300,6 +312,7 @@ impl Default for DeliveryConfig {
             attempts: default_attempts(),
             retry_interval_ms: default_interval_ms(),
             attempt_timeout_ms: default_interval_ms(),
+            lease_ms: default_lease_ms(),
         }
     }
 }
@@ -471,6 +484,15 @@ impl Config {
         if self.delivery.attempt_timeout_ms == 0 {
             problems.push("delivery.attempt_timeout_ms: must be positive".to_owned());
         }
+        if let Some((key, longest)) = self.longest_attempt_timeout()
+            && self.delivery.lease_ms <= longest
+        {
+            problems.push(format!(
+                "delivery.lease_ms: {} ms must be longer than the longest attempt timeout, \
+                 {key} ({longest} ms)",
+                self.delivery.lease_ms
+            ));
+        }
         let mut names = std::collections::HashSet::new();
         for (i, ch) in self.channels.iter().enumerate() {
             if ch.name.trim().is_empty() {
@@ -569,7 +591,41 @@ impl ServerConfig {
     }
 }
 
+impl Config {
+    /// The longest timeout of any attempt the deliverer makes, and the key
+    /// that sets it: a lease must outlast it.
+    fn longest_attempt_timeout(&self) -> Option<(String, u64)> {
+        let mut all = vec![
+            (
+                "delivery.attempt_timeout_ms".to_owned(),
+                self.delivery.attempt_timeout_ms,
+            ),
+            ("webhooks.timeout_ms".to_owned(), self.webhooks.timeout_ms),
+            (
+                "webhooks.sync_timeout_ms".to_owned(),
+                self.webhooks.sync_timeout_ms,
+            ),
+        ];
+        if !self.bots.is_empty() {
+            all.push((
+                "the bot exchange's timeout".to_owned(),
+                BOT_EXCHANGE_TIMEOUT_MS,
+            ));
+        }
+        for (i, d) in self.destinations.iter().enumerate() {
+            all.push((format!("destinations[{i}].timeout_ms"), d.timeout_ms));
+        }
+        for (i, p) in self.plugins.iter().enumerate() {
+            all.push((format!("plugins[{i}].timeout_ms"), p.timeout_ms));
+        }
+        all.into_iter().max_by_key(|(_, ms)| *ms)
+    }
+}
+
 impl DeliveryConfig {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
     pub fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms)
     }

@@ -119,15 +119,9 @@ impl Deliverer {
             if *shutdown.borrow() {
                 break;
             }
-            // Destinations may change on reload, so the lease covers today's longest timeout.
-            let longest = self
-                .wiring
-                .current()
-                .destinations
-                .longest_timeout()
-                .unwrap_or_default()
-                .max(self.policies.longest_timeout());
-            let lease_ms = millis(longest).saturating_add(5_000);
+            // The configuration refuses a lease that does not outlast every
+            // attempt's timeout (a reload too), so a live attempt keeps its row.
+            let lease_ms = millis(self.policies.lease);
             match self.store.claim_due(now_ms(), lease_ms, BATCH).await {
                 Ok(claimed) => {
                     for row in claimed {

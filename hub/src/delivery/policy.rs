@@ -13,6 +13,8 @@ use crate::store::outbox::{POLICY_WEBHOOK as POLICY_ASYNC, POLICY_WEBHOOK_SYNC a
 pub struct Policies {
     by_name: HashMap<&'static str, RetryPolicy>,
     fallback: RetryPolicy,
+    /// How long a claimed row is held (`[delivery] lease_ms`).
+    pub lease: Duration,
 }
 
 impl Policies {
@@ -39,7 +41,8 @@ impl Policies {
             order_hold: Some(Duration::from_millis(w.order_hold_ms)),
         };
         // The spec's bot exchange limits: 3 s per request, 2 retries, 9 s in all.
-        let bot = RetryPolicy::fixed(3, Duration::from_secs(3), Duration::from_secs(3));
+        let bot_timeout = Duration::from_millis(crate::config::BOT_EXCHANGE_TIMEOUT_MS);
+        let bot = RetryPolicy::fixed(3, bot_timeout, bot_timeout);
         Policies {
             by_name: HashMap::from([
                 (POLICY_BOT, bot),
@@ -49,20 +52,13 @@ impl Policies {
                 (POLICY_ASYNC, webhook),
             ]),
             fallback: channel,
+            lease: c.lease(),
         }
     }
 
     /// The named policy; rows from a newer version with an unknown name get the channel's.
     pub fn get(&self, name: &str) -> RetryPolicy {
         self.by_name.get(name).copied().unwrap_or(self.fallback)
-    }
-
-    pub fn longest_timeout(&self) -> Duration {
-        self.by_name
-            .values()
-            .map(|p| p.timeout)
-            .max()
-            .unwrap_or(self.fallback.timeout)
     }
 }
 

@@ -59,8 +59,4 @@ impl Destinations {
     pub fn get(&self, name: &str) -> Option<&Arc<Destination>> {
         self.by_name.get(name)
     }
-
-    pub fn longest_timeout(&self) -> Option<Duration> {
-        self.by_name.values().map(|d| d.policy.timeout).max()
-    }
 }
