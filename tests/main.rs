@@ -13,6 +13,7 @@ mod console;
 mod crm;
 mod delivery;
 mod examples;
+mod instances;
 mod layout;
 mod plugins;
 mod process;

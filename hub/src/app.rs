@@ -137,6 +137,7 @@ impl Running {
             .reload_bots()
             .await
             .map_err(|e| ReloadError::Bots(e.into()))?;
+        self.conversations.live().announce_bots_changed();
         tracing::info!(file = %file.display(), "plugins, routes, destinations and bots reloaded");
         Ok(())
     }
@@ -232,7 +233,11 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     );
 
     let (stop, shutdown) = watch::channel(false);
-    let live = Live::default();
+    let mut live = Live::default();
+    if store.backend() == crate::store::Backend::Postgres {
+        live.relay(store.clone(), &config.storage.url, shutdown.clone())
+            .await?;
+    }
     let kick = Kick::default();
     let pipeline = Arc::new(Pipeline::new(wiring.clone(), store.clone()));
     let conversations = Conversations::new(
@@ -246,6 +251,23 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     );
     provisioning::sync_declared_bots(&store, &config.bots).await?;
     conversations.reload_bots().await?;
+    // Another instance changed bots: this one's directory follows.
+    tokio::spawn({
+        let conversations = conversations.clone();
+        let changed = live.bots_changed();
+        let mut shutdown = shutdown.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = changed.notified() => {}
+                    _ = shutdown.changed() => return,
+                }
+                if let Err(e) = conversations.reload_bots().await {
+                    tracing::warn!(error = %e, "cannot reload bots changed by another instance");
+                }
+            }
+        }
+    });
     let deliverer = Deliverer::new(
         store.clone(),
         sender,

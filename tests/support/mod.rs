@@ -389,6 +389,7 @@ impl TestHub {
     }
 }
 
+#[derive(Clone)]
 pub struct TestChannel {
     pub public_id: String,
     pub endpoint_url: String,

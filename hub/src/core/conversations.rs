@@ -614,6 +614,11 @@ impl Conversations {
         Ok(stored)
     }
 
+    /// The live broadcast this core publishes to.
+    pub fn live(&self) -> &Live {
+        &self.live
+    }
+
     pub(crate) fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
         self.publish_to(chat.channel_id, chat.id, kind, data);
     }

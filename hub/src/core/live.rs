@@ -1,8 +1,17 @@
 //! Live updates for agents: every change an agent should see at once is
-//! broadcast here and filtered per agent by the stream endpoint.
+//! broadcast here and filtered per agent by the stream endpoint. With several
+//! instances on one PostgreSQL database, a relay passes each update to the
+//! others through the store's notices, so an agent connected to one instance
+//! sees what happened on another.
 
-use serde::Serialize;
-use tokio::sync::broadcast;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
+
+use crate::store::Store;
+use crate::store::notices::Listener;
 
 /// One update on the agent stream (`event:` is `kind`, `data:` is `data`).
 #[derive(Debug, Clone, Serialize)]
@@ -13,26 +22,190 @@ pub struct LiveEvent {
     pub data: serde_json::Value,
 }
 
+/// Every kind of [`LiveEvent`]: one coming from another instance is one of
+/// these or is dropped.
+const KINDS: &[&str] = &[
+    "chat.opened",
+    "chat.message",
+    "chat.invited",
+    "chat.client",
+    "chat.call",
+    "chat.custom_data",
+    "chat.page",
+    "chat.typing",
+    "chat.accepted",
+    "chat.closed",
+    "chat.integration",
+    "chat.crm_linked",
+    "channel.availability",
+    "message.delivery",
+];
+
+/// What instances tell each other.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Notice {
+    Live {
+        /// The instance it came from: its own notices come back to it too.
+        origin: String,
+        kind: String,
+        channel_id: i64,
+        chat_id: i64,
+        data: serde_json::Value,
+    },
+    /// Bots were created, changed or deleted: reload the bot directory.
+    Bots { origin: String },
+}
+
+/// Updates waiting for the relay; past this many, the relay is behind and
+/// further updates reach only this instance's streams.
+const RELAY_QUEUE: usize = 10_000;
+
 #[derive(Clone)]
 pub struct Live {
     tx: broadcast::Sender<LiveEvent>,
+    relay: Option<mpsc::Sender<Notice>>,
+    origin: Arc<str>,
+    bots_changed: Arc<Notify>,
 }
 
 impl Default for Live {
     fn default() -> Self {
         Live {
             tx: broadcast::channel(4096).0,
+            relay: None,
+            origin: crate::ids::random_token().into(),
+            bots_changed: Arc::default(),
         }
     }
 }
 
 impl Live {
     pub fn publish(&self, event: LiveEvent) {
+        if let Some(relay) = &self.relay {
+            let notice = Notice::Live {
+                origin: self.origin.to_string(),
+                kind: event.kind.to_owned(),
+                channel_id: event.channel_id,
+                chat_id: event.chat_id,
+                data: event.data.clone(),
+            };
+            if relay.try_send(notice).is_err() {
+                tracing::warn!(
+                    kind = event.kind,
+                    "live relay is behind; other instances miss an update"
+                );
+            }
+        }
         // No subscriber is not an error: nobody is watching right now.
         let _ = self.tx.send(event);
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<LiveEvent> {
         self.tx.subscribe()
+    }
+
+    /// Tells the other instances that bots changed (this one reloads itself).
+    pub fn announce_bots_changed(&self) {
+        if let Some(relay) = &self.relay {
+            let notice = Notice::Bots {
+                origin: self.origin.to_string(),
+            };
+            if relay.try_send(notice).is_err() {
+                tracing::warn!("live relay is behind; other instances miss a bot change");
+            }
+        }
+    }
+
+    /// Wakes when another instance changed bots.
+    pub fn bots_changed(&self) -> Arc<Notify> {
+        self.bots_changed.clone()
+    }
+
+    /// Connects this instance to the others on the PostgreSQL database at
+    /// `url`: updates published here are sent to them, theirs are published
+    /// here. Call before the `Live` is cloned. Runs until `shutdown`.
+    pub async fn relay(
+        &mut self,
+        store: Store,
+        url: &str,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), crate::store::StoreError> {
+        let listener = Listener::connect(store.clone(), url).await?;
+        let (tx, rx) = mpsc::channel(RELAY_QUEUE);
+        self.relay = Some(tx);
+        tokio::spawn(send_notices(store, rx));
+        tokio::spawn(receive_notices(
+            listener,
+            self.tx.clone(),
+            self.origin.clone(),
+            self.bots_changed.clone(),
+            shutdown,
+        ));
+        Ok(())
+    }
+}
+
+async fn send_notices(store: Store, mut rx: mpsc::Receiver<Notice>) {
+    while let Some(notice) = rx.recv().await {
+        let payload = match serde_json::to_string(&notice) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a notice");
+                continue;
+            }
+        };
+        if let Err(e) = store.notify(&payload).await {
+            tracing::warn!(error = %e, "cannot tell other instances of an update");
+        }
+    }
+}
+
+async fn receive_notices(
+    mut listener: Listener,
+    tx: broadcast::Sender<LiveEvent>,
+    origin: Arc<str>,
+    bots_changed: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let received = tokio::select! {
+            r = listener.recv() => r,
+            _ = shutdown.changed() => return,
+        };
+        let payload = match received {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the notices of other instances; listening again");
+                // Bot changes may have been missed too.
+                bots_changed.notify_one();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        match serde_json::from_str::<Notice>(&payload) {
+            Ok(Notice::Live {
+                origin: from,
+                kind,
+                channel_id,
+                chat_id,
+                data,
+            }) if *from != *origin => {
+                let Some(kind) = KINDS.iter().copied().find(|k| *k == kind) else {
+                    tracing::warn!(%kind, "an update of an unknown kind from another instance");
+                    continue;
+                };
+                let _ = tx.send(LiveEvent {
+                    kind,
+                    channel_id,
+                    chat_id,
+                    data,
+                });
+            }
+            Ok(Notice::Bots { origin: from }) if *from != *origin => bots_changed.notify_one(),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "a malformed notice from another instance"),
+        }
     }
 }

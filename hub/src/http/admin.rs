@@ -358,6 +358,7 @@ async fn create_bot(app: &App, req: Request<Incoming>) -> Resp {
     };
     match provisioning::create_bot(&app.store, &spec, false).await {
         Ok(bot) => {
+            app.live.announce_bots_changed();
             if let Err(e) = app.conversations.reload_bots().await {
                 return store_failure(e.into());
             }
@@ -385,6 +386,7 @@ async fn delete_bot(app: &App, key: &str) -> Resp {
         Err(e) => return store_failure(e.into()),
     };
     let deleted = app.store.delete_bot(bot.id).await;
+    app.live.announce_bots_changed();
     let reloaded = app.conversations.reload_bots().await;
     match deleted.and(reloaded) {
         Ok(()) => json(

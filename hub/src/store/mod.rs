@@ -11,6 +11,7 @@ pub mod crm;
 pub mod events;
 pub mod ingress;
 pub mod kv;
+pub mod notices;
 pub mod offline;
 pub mod outbox;
 pub mod outgoing;
@@ -181,6 +182,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("../../migrations/sqlite/0006_bots.sql")),
     (7, include_str!("../../migrations/sqlite/0007_widget.sql")),
     (8, include_str!("../../migrations/sqlite/0008_console.sql")),
+    (9, include_str!("../../migrations/sqlite/0009_notices.sql")),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -211,6 +213,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         8,
         include_str!("../../migrations/postgres/0008_console.sql"),
+    ),
+    (
+        9,
+        include_str!("../../migrations/postgres/0009_notices.sql"),
     ),
 ];
 
