@@ -87,3 +87,170 @@ async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_deliv
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// How long a claimed delivery is held in the kill test.
+const LEASE_MS: u64 = 2_500;
+
+#[tokio::test]
+async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_lease_once_and_in_order()
+ {
+    if !on_postgres() {
+        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+        return;
+    }
+    use crate::support::{HubProcess, Reply, write_config};
+    let integrator = Integrator::start().await;
+    // Slow answers keep attempts in flight when the instance dies.
+    integrator.set_default(Reply::ok().delayed(Duration::from_millis(400)));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opts = HubOptions {
+        attempt_timeout_ms: 1_000,
+        extra_toml: "[webhooks]\ntimeout_ms = 1000\nsync_timeout_ms = 1000\n".to_owned(),
+        ..HubOptions::default()
+    };
+    let config = write_config(dir.path(), &opts, "127.0.0.1:0");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replace(
+        "attempt_timeout_ms = 1000\n",
+        &format!("attempt_timeout_ms = 1000\nlease_ms = {LEASE_MS}\n"),
+    );
+    std::fs::write(&config, text).expect("config");
+    // Both instances read the same file: the same database, ports of their own.
+    let spawn = |config: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
+    };
+    let mut doomed = spawn(config.clone()).await.expect("first instance");
+    let survivor = spawn(config.clone()).await.expect("second instance");
+
+    let http = reqwest::Client::new();
+    let admin = |base: &str, path: &str, body: serde_json::Value| {
+        http.post(format!("{base}{path}"))
+            .bearer_auth(crate::support::ADMIN_TOKEN)
+            .json(&body)
+            .send()
+    };
+    let agent: serde_json::Value = admin(
+        &doomed.base,
+        "/admin/v1/agents",
+        json!({ "name": "Ann", "email": "ann@example.com" }),
+    )
+    .await
+    .expect("agent")
+    .json()
+    .await
+    .expect("agent json");
+    let token = agent["token"].as_str().expect("token").to_owned();
+    let ch: serde_json::Value = admin(
+        &doomed.base,
+        "/admin/v1/channels",
+        json!({ "name": "web", "customer_endpoint": integrator.url, "agents": ["ann@example.com"] }),
+    )
+    .await
+    .expect("channel")
+    .json()
+    .await
+    .expect("channel json");
+    let endpoint = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
+
+    // Ten chats, three replies each, all sent through the instance that dies.
+    const CHATS: usize = 10;
+    const REPLIES: usize = 3;
+    let mut chat_ids = Vec::new();
+    for c in 0..CHATS {
+        let resp = http
+            .post(&endpoint)
+            .json(&json!({ "sender": { "id": format!("c-{c}") }, "message": { "type": "text", "text": format!("hello {c}") } }))
+            .send()
+            .await
+            .expect("customer message");
+        assert_eq!(resp.status(), 200);
+    }
+    let ann = TestAgent {
+        id: agent["id"].as_i64().expect("id"),
+        token: token.clone(),
+        base: doomed.base.clone(),
+        http: http.clone(),
+    };
+    for chat in ann.chats().await {
+        chat_ids.push(chat["id"].as_i64().expect("chat id"));
+    }
+    assert_eq!(chat_ids.len(), CHATS);
+    for r in 0..REPLIES {
+        for id in &chat_ids {
+            ann.reply(*id, &format!("reply {r} to {id}")).await;
+        }
+    }
+    // Some attempts are under way on the doomed instance when it dies.
+    integrator.wait_for(3, WAIT).await;
+    doomed.kill();
+
+    let ann = TestAgent {
+        base: survivor.base.clone(),
+        ..ann
+    };
+    let total = CHATS * REPLIES;
+    eventually(Duration::from_secs(30), "every reply delivered", || async {
+        let mut delivered = 0;
+        for id in &chat_ids {
+            let view = ann.chat(*id).await;
+            delivered += view["messages"]
+                .as_array()
+                .map(|m| m.iter().filter(|m| m["delivery"] == "delivered").count())
+                .unwrap_or(0);
+        }
+        (delivered == total).then_some(())
+    })
+    .await;
+
+    // Every reply reached the integrator; one received twice was cut off by
+    // the kill and taken over only after its lease, never at the same time.
+    let requests = integrator.requests();
+    let mut first_seen: std::collections::HashMap<String, std::time::Instant> = Default::default();
+    let mut order: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut duplicates = 0;
+    for r in &requests {
+        let id = r
+            .headers
+            .get("x-hub-delivery")
+            .and_then(|v| v.to_str().ok())
+            .expect("a delivery id")
+            .to_owned();
+        if let Some(first) = first_seen.get(&id) {
+            duplicates += 1;
+            let gap = r.at.duration_since(*first);
+            assert!(
+                gap >= Duration::from_millis(LEASE_MS / 2),
+                "delivery {id} was sent again after {gap:?}, inside its lease"
+            );
+            continue;
+        }
+        first_seen.insert(id, r.at);
+        let body = r.json();
+        let to = body["recipient"]["id"].to_string();
+        order.entry(to).or_default().push(
+            body["message"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        first_seen.len(),
+        total,
+        "replies lost: {} of {total} arrived",
+        first_seen.len()
+    );
+    for (to, texts) in &order {
+        let numbers: Vec<_> = texts.iter().filter_map(|t| t.split(' ').nth(1)).collect();
+        assert_eq!(
+            numbers,
+            ["0", "1", "2"],
+            "replies to {to} out of order: {texts:?}"
+        );
+    }
+    eprintln!(
+        "kill -9 with deliveries in flight: {total} replies, {} requests, {duplicates} sent again after the lease",
+        requests.len()
+    );
+    drop(survivor);
+}
