@@ -254,3 +254,55 @@ async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_
     );
     drop(survivor);
 }
+
+#[tokio::test]
+async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
+    if !on_postgres() {
+        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+        return;
+    }
+    let provider = Integrator::start().await;
+    let integrator = Integrator::start().await;
+    let a = TestHub::start().await;
+    let b = beside(&a).await;
+    a.create_agent("Ann", "ann@example.com").await;
+    let ch = a
+        .create_channel("web", &integrator.url, false, &["ann@example.com"])
+        .await;
+    // B has loaded its (empty) bot directory before the bot exists.
+    let (status, bot) = a
+        .admin(
+            reqwest::Method::POST,
+            "/admin/v1/bots",
+            Some(json!({ "name": "Assistant", "endpoint": provider.url,
+                         "token": "bot-token-0123456789", "channels": ["web"] })),
+        )
+        .await;
+    assert_eq!(status, 201, "{bot}");
+    let on_b = crate::support::TestChannel {
+        endpoint_url: ch.endpoint_url.replace(&a.base, &b.base),
+        status_url: ch.status_url.replace(&a.base, &b.base),
+        ..ch.clone()
+    };
+    // The announcement reaches B within moments; a customer of B's then
+    // starts with the bot.
+    // Only a chat that starts after B reloaded goes to the bot: each try is
+    // a new customer.
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    eventually(
+        Duration::from_secs(10),
+        "the bot to hear B's customer",
+        || async {
+            let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            b.say(&on_b, json!(format!("c-bot-{n}")), "hello bot").await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let seen = provider.requests().iter().any(|r| {
+                r.json()["event"] == "CLIENT_MESSAGE" && r.json()["message"]["text"] == "hello bot"
+            });
+            seen.then_some(())
+        },
+    )
+    .await;
+    b.shutdown().await;
+    a.shutdown().await;
+}
