@@ -9,6 +9,12 @@
 # system service) and is stopped and removed afterwards, also when the
 # command fails or is interrupted. With HUB_TEST_DATABASE_URL already set
 # (a developer's own server), the command just runs against that server.
+#
+# With the throwaway cluster the command also sees HUB_TEST_PG_CTL
+# ("<pg_ctl> -D <data dir>") and, as root, HUB_TEST_PG_RUNAS (the user
+# PostgreSQL runs as, for runuser): tests that stop and start a PostgreSQL
+# server (the database outage test) run only then, on a cluster of their
+# own made with the same binaries, never on a developer's server.
 # On a machine without PostgreSQL, root installs Debian's packages first.
 set -euo pipefail
 
@@ -18,6 +24,7 @@ if [ "$#" -eq 0 ]; then
 fi
 
 if [ -n "${HUB_TEST_DATABASE_URL:-}" ]; then
+    unset HUB_TEST_PG_CTL HUB_TEST_PG_RUNAS
     exec "$@"
 fi
 
@@ -111,5 +118,11 @@ if [ -z "$port" ]; then
 fi
 
 export HUB_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+export HUB_TEST_PG_CTL="$bin/pg_ctl -D $dir/data"
+if [ "$(id -u)" -eq 0 ]; then
+    export HUB_TEST_PG_RUNAS=postgres
+else
+    unset HUB_TEST_PG_RUNAS
+fi
 echo "with-postgres.sh: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
 "$@"

@@ -161,6 +161,9 @@ async fn a_crash_in_the_middle_of_retries_resends_the_same_delivery() {
         attempts: 3,
         retry_interval_ms: 1000,
         attempt_timeout_ms: 1000,
+        // On PostgreSQL a row the dead process held waits out its lease
+        // (longer than the 10 s webhook timeout, shorter than WAIT).
+        lease_ms: 11_000,
         ..HubOptions::default()
     });
     let integrator = Integrator::start().await;
@@ -600,8 +603,15 @@ async fn the_default_hub_toml_is_valid_and_wires_the_redact_plugin() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_kill_9_mid_attempt_the_restarted_hub_retries_at_once_with_the_next_attempt_number() {
+    if crate::support::skip_on_postgres(
+        "other instances may hold live leases there, so a restarted instance waits out its \
+         dead self's lease (instances:: tests the take-over)",
+    ) {
+        return;
+    }
     // A slow integrator keeps the first attempt in flight when the hub dies;
-    // its lease (longest policy timeout + 5 s = 15 s) must not hold the chat.
+    // its lease (`[delivery] lease_ms`, 30 s) must not hold the chat: a single
+    // instance on SQLite gives every lease back at start.
     let (_dir, config) = setup(&HubOptions {
         attempts: 3,
         retry_interval_ms: 5000,
@@ -1009,4 +1019,43 @@ async fn console_passwords_set_on_the_command_line_sign_agents_in() {
         "",
     );
     assert!(!o.status.success(), "set-password without --password-stdin");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hub_check_with_an_unreachable_postgresql_names_the_database_host_and_port() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A port nobody listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    for (url, password) in [
+        (format!("postgres://hub@127.0.0.1:{port}/hubdb"), None),
+        (
+            format!("postgres://hub:s3cret@127.0.0.1:{port}/hubdb"),
+            Some("s3cret"),
+        ),
+    ] {
+        let config = dir.path().join("hub.toml");
+        std::fs::write(&config, format!("[storage]\nurl = \"{url}\"\n")).expect("write");
+        let started = Instant::now();
+        let o = hub_cli(&config, &["check"], &[]);
+        let took = started.elapsed();
+        let err = stderr_of(&o);
+        assert!(!o.status.success(), "a refused database passed: {err}");
+        assert!(took < Duration::from_secs(120), "took {took:?}");
+        for needle in [
+            "storage.url",
+            "hubdb",
+            "127.0.0.1",
+            port.to_string().as_str(),
+        ] {
+            assert!(err.contains(needle), "`{needle}` missing from:\n{err}");
+        }
+        if let Some(password) = password {
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(!err.contains(password), "the password is shown:\n{err}");
+            assert!(!out.contains(password), "the password is shown:\n{out}");
+        }
+    }
 }

@@ -127,6 +127,7 @@ async fn bench() {
             ..ChannelSpec::default()
         },
         false,
+        &hub::outbound::Policy::default(),
     )
     .await
     .expect("channel");

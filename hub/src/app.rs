@@ -125,6 +125,7 @@ impl Running {
         let file = self.source.as_deref().ok_or(ReloadError::NoFile)?;
         let config = Config::load_with(file, &self.env)?;
         let bots = config.bots.clone();
+        let outbound = config.outbound.policy();
         let wiring = self
             .loader
             .load(config)
@@ -132,7 +133,7 @@ impl Running {
             .map_err(ReloadError::Plugins)?;
         self.wiring.replace(wiring);
         // After the plugins, so a plugin bot's plugin is there when it is needed.
-        provisioning::sync_declared_bots(&self.store, &bots).await?;
+        provisioning::sync_declared_bots(&self.store, &bots, &outbound).await?;
         self.conversations
             .reload_bots()
             .await
@@ -178,7 +179,12 @@ pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store,
         crate::config::Durability::Full => Durability::Full,
         crate::config::Durability::Normal => Durability::Normal,
     };
-    Store::open(&storage.url, durability).await
+    let pool = crate::store::PoolSettings {
+        max_connections: storage.max_connections,
+        acquire_timeout: storage.acquire_timeout(),
+        connect_timeout: storage.connect_timeout(),
+    };
+    Store::open(&storage.url, crate::store::OpenOptions { durability, pool }).await
 }
 
 /// Starts the hub on a listener the caller bound (tests bind port 0 and
@@ -198,7 +204,8 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
             "took over deliveries a previous run left in flight"
         );
     }
-    provisioning::sync_declared(&store, &config.channels).await?;
+    let outbound = config.outbound.policy();
+    provisioning::sync_declared(&store, &config.channels, &outbound).await?;
     let path_secret = provisioning::path_secret(&store).await?;
     let visitor_keys = crate::core::widget::VisitorKeys::load(&store).await?;
     let geoip = match &config.geoip.database {
@@ -214,7 +221,9 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     let base = config.public_base(addr);
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
 
-    let sender = HttpSender::new()?;
+    // Every request the hub makes (deliveries, webhooks, bots, plugin
+    // destinations, the bot token exchange) goes through this sender.
+    let sender = HttpSender::with_policy(outbound.clone())?;
     let runtime = Runtime::with_memory_budget(
         config.resolve(&config.runtime.cache_dir),
         config.runtime.max_concurrent_calls,
@@ -249,7 +258,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         Arc::new(TokenCache::new(sender.clone())),
         config.crm.site_id,
     );
-    provisioning::sync_declared_bots(&store, &config.bots).await?;
+    provisioning::sync_declared_bots(&store, &config.bots, &outbound).await?;
     conversations.reload_bots().await?;
     // Another instance changed bots: this one's directory follows.
     tokio::spawn({

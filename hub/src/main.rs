@@ -398,6 +398,23 @@ async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
             Err(problems) => problems.push(problem),
         }
     }
+    // A PostgreSQL URL is checked by connecting (within the connect
+    // timeout, at most 2 minutes): a wrong host, port, database or password
+    // shows here rather than at the first start.
+    if config.storage.url.starts_with("postgres")
+        && let Err(e) =
+            hub::store::probe_postgres(&config.storage.url, config.storage.connect_timeout()).await
+    {
+        let key = match config.env.get(hub::config::ENV_DATABASE_URL) {
+            Some(_) => format!("storage.url ({})", hub::config::ENV_DATABASE_URL),
+            None => "storage.url".to_owned(),
+        };
+        let problem = format!("{key}: {e}");
+        match &mut checked {
+            Ok(_) => checked = Err(vec![problem]),
+            Err(problems) => problems.push(problem),
+        }
+    }
     match checked {
         Ok(n) => out(&format!("{}: ok ({n} plugins)", file.display())),
         Err(problems) => {
@@ -619,12 +636,13 @@ async fn wait_for_stop_signal() -> Result<()> {
 async fn open_store(config: &Config) -> Result<Store> {
     hub::app::open_store(&config.storage)
         .await
-        .with_context(|| format!("opening {}", config.storage.url))
+        .with_context(|| format!("opening {}", hub::store::redacted_url(&config.storage.url)))
 }
 
 async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
     let store = open_store(&config).await?;
-    provisioning::sync_declared(&store, &config.channels).await?;
+    let outbound = config.outbound.policy();
+    provisioning::sync_declared(&store, &config.channels, &outbound).await?;
     let secret = provisioning::path_secret(&store).await?;
     let base = config.public_base(config.server.listen);
     match cmd {
@@ -657,7 +675,7 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
                 allowed_origins,
                 calls: None,
             };
-            let ch = provisioning::create_channel(&store, &spec, false).await?;
+            let ch = provisioning::create_channel(&store, &spec, false, &outbound).await?;
             let view = provisioning::view(ch, &base, &secret);
             if json {
                 out(&serde_json::to_string_pretty(&view)?)?;
@@ -702,7 +720,8 @@ async fn channel(config: Config, cmd: ChannelCommand) -> Result<()> {
 
 async fn bot(config: Config, cmd: BotCommand) -> Result<()> {
     let store = open_store(&config).await?;
-    provisioning::sync_declared_bots(&store, &config.bots).await?;
+    let outbound = config.outbound.policy();
+    provisioning::sync_declared_bots(&store, &config.bots, &outbound).await?;
     let base = config.public_base(config.server.listen);
     match cmd {
         BotCommand::Create {
@@ -729,7 +748,7 @@ async fn bot(config: Config, cmd: BotCommand) -> Result<()> {
                 target,
                 channels,
             };
-            let bot = provisioning::create_bot(&store, &spec, false).await?;
+            let bot = provisioning::create_bot(&store, &spec, false, &outbound).await?;
             let view = provisioning::bot_view(&bot, &base);
             if json {
                 out(&serde_json::to_string_pretty(&view)?)?;

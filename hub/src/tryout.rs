@@ -275,8 +275,12 @@ async fn run_on(
         None => scratch.cache_dir(),
     };
     let runtime = runtime(cache)?;
+    // The plugin's sends go to the loopback stand-ins; what a stand-in
+    // passes on (`--live-send`) is held to the configured outbound policy.
     let sender = HttpSender::new().map_err(|e| TryoutError::Setup(e.to_string()))?;
-    let stand_ins = StandIns::start(sender.clone())
+    let live_sender = HttpSender::with_policy(config.outbound.policy())
+        .map_err(|e| TryoutError::Setup(e.to_string()))?;
+    let stand_ins = StandIns::start(live_sender)
         .await
         .map_err(|e| TryoutError::Setup(format!("stand-in destinations: {e}")))?;
     let targets = targets(config, &plugin, grants, notes);

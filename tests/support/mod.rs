@@ -37,6 +37,9 @@ pub struct HubOptions {
     pub attempt_timeout_ms: u64,
     pub max_body_bytes: usize,
     pub shutdown_grace_ms: u64,
+    /// `[delivery] lease_ms`: how long a crashed instance's deliveries wait
+    /// on PostgreSQL (SQLite gives them back at start).
+    pub lease_ms: u64,
     /// Extra TOML appended to the file, e.g. `[[channels]]` tables.
     pub extra_toml: String,
 }
@@ -49,6 +52,7 @@ impl Default for HubOptions {
             attempt_timeout_ms: 300,
             max_body_bytes: 65536,
             shutdown_grace_ms: 5000,
+            lease_ms: 30_000,
             extra_toml: String::new(),
         }
     }
@@ -59,13 +63,15 @@ pub fn write_config(dir: &Path, opts: &HubOptions, listen: &str) -> PathBuf {
     let text = format!(
         "[server]\nlisten = \"{listen}\"\nmax_body_bytes = {}\nshutdown_grace_ms = {}\n\n\
          [storage]\nurl = \"{}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n\
-         [delivery]\nattempts = {}\nretry_interval_ms = {}\nattempt_timeout_ms = {}\n\n{}\n",
+         [delivery]\nattempts = {}\nretry_interval_ms = {}\nattempt_timeout_ms = {}\n\
+         lease_ms = {}\n\n{}\n",
         opts.max_body_bytes,
         opts.shutdown_grace_ms,
         storage_url(dir),
         opts.attempts,
         opts.retry_interval_ms,
         opts.attempt_timeout_ms,
+        opts.lease_ms,
         opts.extra_toml,
     );
     let path = dir.join("hub.toml");

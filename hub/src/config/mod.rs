@@ -18,12 +18,14 @@ mod calls;
 mod env;
 #[cfg(test)]
 mod fixtures;
+mod outbound;
 mod webhooks;
 mod wiring;
 
 pub use bots::{BotAuthConfig, BotConfig, is_provider_id, is_token};
 pub use calls::{CALLBACK_DISABLED, CallHours, CallsConfig, OUTSIDE_HOURS};
 pub use env::Env;
+pub use outbound::{OutboundConfig, Private};
 
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
 pub use wiring::{
@@ -63,6 +65,8 @@ pub struct Config {
     pub geoip: GeoIpConfig,
     #[serde(default)]
     pub console: ConsoleConfig,
+    #[serde(default)]
+    pub outbound: OutboundConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
     #[serde(skip)]
@@ -132,6 +136,41 @@ pub struct StorageConfig {
     /// loss), `normal` survives a crash of the hub but not of the machine.
     #[serde(default)]
     pub durability: Durability,
+    /// PostgreSQL: most connections this instance holds open at once.
+    /// SQLite keeps its own small pool (one writer and a few readers).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// PostgreSQL: how long a request waits for a connection (the database
+    /// busy or down) before it is answered 503 for the client to retry.
+    #[serde(default = "default_acquire_timeout_ms")]
+    pub acquire_timeout_ms: u64,
+    /// PostgreSQL: how long opening the first connection may take, at start
+    /// and in `hub check`; then both give up naming the database.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+}
+
+/// `hub check` promises an answer within two minutes, so a connection
+/// attempt may take no longer.
+pub const MAX_CONNECT_TIMEOUT_MS: u64 = 120_000;
+
+fn default_max_connections() -> u32 {
+    16
+}
+fn default_acquire_timeout_ms() -> u64 {
+    5_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    10_000
+}
+
+impl StorageConfig {
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.acquire_timeout_ms)
+    }
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
 }
 
 /// `[storage] durability`.
@@ -302,6 +341,9 @@ impl Default for StorageConfig {
         StorageConfig {
             url: default_database_url(),
             durability: Durability::Full,
+            max_connections: default_max_connections(),
+            acquire_timeout_ms: default_acquire_timeout_ms(),
+            connect_timeout_ms: default_connect_timeout_ms(),
         }
     }
 }
@@ -463,6 +505,19 @@ impl Config {
                 self.storage.url
             ));
         }
+        if self.storage.max_connections == 0 {
+            problems.push("storage.max_connections: must be at least 1".to_owned());
+        }
+        if self.storage.acquire_timeout_ms == 0 {
+            problems.push("storage.acquire_timeout_ms: must be positive".to_owned());
+        }
+        if self.storage.connect_timeout_ms == 0 {
+            problems.push("storage.connect_timeout_ms: must be positive".to_owned());
+        } else if self.storage.connect_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
+            problems.push(format!(
+                "storage.connect_timeout_ms: must be at most {MAX_CONNECT_TIMEOUT_MS} (2 minutes)"
+            ));
+        }
         if self.admin.token.as_deref().is_some_and(|t| t.len() < 16) {
             problems.push(format!(
                 "{}: must be at least 16 characters",
@@ -571,6 +626,7 @@ impl Config {
             self.plugins.iter().map(|p| p.name.as_str()).collect();
         bots::check(&mut self.bots, &plugins, env, problems);
         webhooks::check(&self.webhooks, &self.crm, problems);
+        outbound::check(self, problems);
     }
 
     /// The base of every endpoint URL handed to integrators, without a trailing slash.
@@ -822,6 +878,20 @@ mod tests {
         let text = "[storage]\ndurability = \"full\"\n";
         let c = Config::parse(text, Path::new("hub.toml")).unwrap();
         assert_eq!(c.storage.durability, Durability::Full);
+    }
+
+    #[test]
+    fn storage_pool_settings_default_and_can_be_set() {
+        let c = Config::parse("", Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.max_connections, 16);
+        assert_eq!(c.storage.acquire_timeout(), Duration::from_secs(5));
+        assert_eq!(c.storage.connect_timeout(), Duration::from_secs(10));
+        let text = "[storage]\nurl = \"postgres://hub@db/hub\"\nmax_connections = 40\n\
+                    acquire_timeout_ms = 2000\nconnect_timeout_ms = 120000\n";
+        let c = Config::parse(text, Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.max_connections, 40);
+        assert_eq!(c.storage.acquire_timeout(), Duration::from_secs(2));
+        assert_eq!(c.storage.connect_timeout(), Duration::from_secs(120));
     }
 
     #[test]

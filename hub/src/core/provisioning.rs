@@ -1,11 +1,16 @@
 //! Creating channels, agents and bots, shared by the CLI, the admin API and the
-//! channels declared in `hub.toml`.
+//! channels declared in `hub.toml`. A URL the hub will send to is held to the
+//! outbound policy when it is registered: refused with the reason when the
+//! policy would refuse it (its host name resolved, briefly, to tell).
+
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::config::{BotConfig, ChannelConfig, is_http_url, is_provider_id, is_token};
 use crate::core::accounts::{self, AccountError};
 use crate::ids::{agent_token, random_token, token_hash};
+use crate::outbound::Policy;
 use crate::store::bots::{BotAuth, BotTarget};
 use crate::store::{
     Agent, Bot, Channel, ChannelKind, NewAgent, NewBot, NewChannel, Store, StoreError,
@@ -13,6 +18,18 @@ use crate::store::{
 
 /// Settings key of the installation's random path segment.
 const PATH_SECRET_KEY: &str = "channel_path_secret";
+
+/// Longest wait for a registered URL's host name to resolve; one that takes
+/// longer is registered (and checked whenever the hub connects).
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Refuses `url` (the value of `key`) when the outbound policy would.
+async fn check_target(outbound: &Policy, key: &str, url: &str) -> Result<(), ProvisionError> {
+    outbound
+        .check_url_resolving(url, LOOKUP_TIMEOUT)
+        .await
+        .map_err(|refused| ProvisionError::Invalid(format!("{key}: {refused}")))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
@@ -118,12 +135,38 @@ impl ChannelSpec {
                 "agent `{bad}` is not an e-mail address"
             )));
         }
-        validate_webhook(self.webhook_url.as_deref(), self.webhook_secret.as_deref())
+        check_webhook(self.webhook_url.as_deref(), self.webhook_secret.as_deref())
+    }
+
+    /// [`ChannelSpec::validate`], then the URLs against the outbound policy.
+    async fn check(&self, outbound: &Policy) -> Result<(), ProvisionError> {
+        self.validate()?;
+        if !self.customer_endpoint.is_empty() {
+            check_target(outbound, "customer_endpoint", &self.customer_endpoint).await?;
+        }
+        if let Some(url) = &self.webhook_url {
+            check_target(outbound, "webhook_url", url).await?;
+        }
+        Ok(())
     }
 }
 
-/// A webhook receiver must be an http(s) URL; a secret, a Standard Webhooks one.
-pub fn validate_webhook(url: Option<&str>, secret: Option<&str>) -> Result<(), ProvisionError> {
+/// A webhook receiver must be an http(s) URL the outbound policy allows; a
+/// secret, a Standard Webhooks one.
+pub async fn validate_webhook(
+    url: Option<&str>,
+    secret: Option<&str>,
+    outbound: &Policy,
+) -> Result<(), ProvisionError> {
+    check_webhook(url, secret)?;
+    if let Some(url) = url {
+        check_target(outbound, "webhook_url", url).await?;
+    }
+    Ok(())
+}
+
+/// What [`validate_webhook`] checks without the policy.
+fn check_webhook(url: Option<&str>, secret: Option<&str>) -> Result<(), ProvisionError> {
     if let Some(url) = url
         && !is_http_url(url)
     {
@@ -225,8 +268,9 @@ pub async fn create_channel(
     store: &Store,
     spec: &ChannelSpec,
     declared: bool,
+    outbound: &Policy,
 ) -> Result<Channel, ProvisionError> {
-    spec.validate()?;
+    spec.check(outbound).await?;
     if store.channel_by_name(&spec.name).await?.is_some() {
         return Err(ProvisionError::Duplicate(format!(
             "a channel named `{}` exists already",
@@ -261,12 +305,13 @@ pub async fn create_channel(
 pub async fn sync_declared(
     store: &Store,
     declared: &[ChannelConfig],
+    outbound: &Policy,
 ) -> Result<(), ProvisionError> {
     for c in declared {
         let spec = ChannelSpec::from(c);
         match store.channel_by_name(&c.name).await? {
             Some(existing) => {
-                spec.validate()?;
+                spec.check(outbound).await?;
                 store
                     .update_declared_channel(
                         existing.id,
@@ -282,7 +327,7 @@ pub async fn sync_declared(
                     .await?;
             }
             None => {
-                let ch = create_channel(store, &spec, true).await?;
+                let ch = create_channel(store, &spec, true, outbound).await?;
                 tracing::info!(channel = %ch.name, public_id = %ch.public_id, "created declared channel");
             }
         }
@@ -441,6 +486,18 @@ impl BotSpec {
         }
         Ok(())
     }
+
+    /// [`BotSpec::validate`], then the provider's URLs against the outbound policy.
+    async fn check(&self, outbound: &Policy) -> Result<(), ProvisionError> {
+        self.validate()?;
+        if let BotTarget::Provider { endpoint, auth, .. } = &self.target {
+            check_target(outbound, "endpoint", endpoint).await?;
+            if let Some(a) = auth {
+                check_target(outbound, "auth.token_url", &a.token_url).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A bot as shown to the operator, with the two URLs to give the provider
@@ -500,8 +557,9 @@ pub async fn create_bot(
     store: &Store,
     spec: &BotSpec,
     declared: bool,
+    outbound: &Policy,
 ) -> Result<Bot, ProvisionError> {
-    spec.validate()?;
+    spec.check(outbound).await?;
     let provider_id = spec.provider_id.clone().unwrap_or_else(random_token);
     store
         .insert_bot(NewBot {
@@ -535,11 +593,12 @@ pub async fn find_bot(store: &Store, key: &str) -> Result<Option<Bot>, StoreErro
 pub async fn sync_declared_bots(
     store: &Store,
     declared: &[BotConfig],
+    outbound: &Policy,
 ) -> Result<(), ProvisionError> {
     let existing = store.list_bots().await?;
     for c in declared {
         let spec = BotSpec::from_config(c)?;
-        spec.validate()?;
+        spec.check(outbound).await?;
         match existing.iter().find(|b| b.name == c.name) {
             Some(bot) => {
                 if let Some(id) = &c.provider_id
@@ -564,7 +623,7 @@ pub async fn sync_declared_bots(
                     .await?;
             }
             None => {
-                let bot = create_bot(store, &spec, true).await?;
+                let bot = create_bot(store, &spec, true, outbound).await?;
                 tracing::info!(bot = %bot.name, provider_id = %bot.provider_id, "created declared bot");
             }
         }

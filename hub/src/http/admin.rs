@@ -169,7 +169,8 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         allowed_origins: b.allowed_origins,
         calls: b.calls,
     };
-    match provisioning::create_channel(&app.store, &spec, false).await {
+    let outbound = app.config.outbound.policy();
+    match provisioning::create_channel(&app.store, &spec, false, &outbound).await {
         Ok(ch) => json(
             StatusCode::CREATED,
             &provisioning::view(ch, &app.base, &app.path_secret),
@@ -356,7 +357,8 @@ async fn create_bot(app: &App, req: Request<Incoming>) -> Resp {
         target,
         channels: b.channels,
     };
-    match provisioning::create_bot(&app.store, &spec, false).await {
+    let outbound = app.config.outbound.policy();
+    match provisioning::create_bot(&app.store, &spec, false, &outbound).await {
         Ok(bot) => {
             app.live.announce_bots_changed();
             if let Err(e) = app.conversations.reload_bots().await {
@@ -478,7 +480,10 @@ async fn set_webhook(app: &App, req: Request<Incoming>, id: &str) -> Resp {
     } else {
         b.secret
     };
-    if let Err(e) = provisioning::validate_webhook(b.url.as_deref(), secret.as_deref()) {
+    let outbound = app.config.outbound.policy();
+    if let Err(e) =
+        provisioning::validate_webhook(b.url.as_deref(), secret.as_deref(), &outbound).await
+    {
         return provision_error(e);
     }
     match app

@@ -1,19 +1,23 @@
 //! The outbound HTTP client: one POST of a plain [`Request`], and its answer
 //! read by an [`AnswerRule`] (or handed back as it came, for a plugin's
 //! `send`). Below the deliverer and the plugin runtime, it imports nothing
-//! else of the hub; `signing` makes Standard Webhooks signatures.
+//! else of the hub; `signing` makes Standard Webhooks signatures; `policy`
+//! decides which addresses may be connected to (`[outbound]`).
 //!
 //! How an answer is read: 2xx without an error body is delivered; a 4xx or an
 //! `{"error":…}` body is final; anything else is retried.
 
 pub mod oauth;
+pub mod policy;
 mod retry;
 pub mod signing;
 
+pub use policy::Policy;
 pub use retry::RetryPolicy;
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -142,16 +146,20 @@ impl Body for OutBody {
 }
 
 enum PostError {
-    /// The request could not be made at all: retrying will not help.
+    /// The request could not be made at all (a bad URL, or one the outbound
+    /// policy refuses): retrying will not help.
     Invalid(String),
     Transient(String),
 }
 
-/// The hub's HTTP client: a keep-alive pool, HTTP and HTTPS (webpki roots).
+/// The hub's HTTP client: a keep-alive pool, HTTP and HTTPS (webpki roots),
+/// connecting only where the outbound [`Policy`] allows. Redirects are not
+/// followed: a 3xx is an answer like any other (final, not a 2xx).
 /// Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct HttpSender {
-    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+    client: Client<HttpsConnector<HttpConnector<policy::Guard>>, OutBody>,
+    policy: Arc<Policy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +167,18 @@ pub struct HttpSender {
 pub struct TlsSetupError(#[from] rustls::Error);
 
 impl HttpSender {
+    /// A sender with the default policy: private addresses allowed, the
+    /// always-refused ranges refused.
     pub fn new() -> Result<HttpSender, TlsSetupError> {
-        let mut http = HttpConnector::new();
+        HttpSender::with_policy(Policy::default())
+    }
+
+    /// A sender that connects only where `policy` allows: host names are
+    /// resolved by [`policy::Guard`], which drops the addresses the policy
+    /// refuses; IP-literal hosts are checked before sending.
+    pub fn with_policy(policy: Policy) -> Result<HttpSender, TlsSetupError> {
+        let policy = Arc::new(policy);
+        let mut http = HttpConnector::new_with_resolver(policy::Guard::new(policy.clone()));
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(3)));
@@ -172,7 +190,12 @@ impl HttpSender {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
-        Ok(HttpSender { client })
+        Ok(HttpSender { client, policy })
+    }
+
+    /// The policy requests are held to.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Makes one attempt and reads its answer by `rule`.
@@ -205,6 +228,11 @@ impl HttpSender {
             .url
             .parse()
             .map_err(|e| PostError::Invalid(format!("invalid endpoint URL: {e}")))?;
+        // The connector resolves host names through the policy's guard, but
+        // connects to an IP literal as it is: that one is checked here.
+        self.policy
+            .check_uri(&uri)
+            .map_err(|refused| PostError::Invalid(refused.to_string()))?;
         let mut request =
             http::Request::post(uri).header(USER_AGENT, concat!("hub/", env!("CARGO_PKG_VERSION")));
         // JSON unless the caller says otherwise (a token request is a form).
@@ -227,7 +255,11 @@ impl HttpSender {
             .map_err(|e| PostError::Invalid(format!("cannot build the request: {e}")))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
-                PostError::Transient(format!("connection failed: {}", error_chain(&e)))
+                match policy::ResolveError::refusal_in(&e) {
+                    // Every address the host resolved to is refused: final.
+                    Some(refused) => PostError::Invalid(refused.to_string()),
+                    None => PostError::Transient(format!("connection failed: {}", error_chain(&e))),
+                }
             })?;
             let status = response.status();
             let body = match Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
@@ -401,5 +433,146 @@ mod tests {
             classify_webhook(StatusCode::SERVICE_UNAVAILABLE, Bytes::new()),
             Attempt::Transient(_)
         ));
+    }
+
+    /// A loopback server answering every request with `answer`; counts the
+    /// connections it accepted.
+    async fn server(
+        answer: &'static str,
+    ) -> (
+        std::net::SocketAddr,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = socket.read(&mut buf).await;
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn post(url: &str) -> Request<'_> {
+        Request::post(url, "{}", Duration::from_secs(3))
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+    #[tokio::test]
+    async fn refused_addresses_are_final_failures_and_never_connected_to() {
+        use std::sync::atomic::Ordering;
+        let (addr, accepted) = server(OK).await;
+        let strict =
+            HttpSender::with_policy(Policy::new(true, &[]).expect("policy")).expect("sender");
+        let port = addr.port();
+        for url in [
+            format!("http://127.0.0.1:{port}/x"),
+            format!("http://localhost:{port}/x"),
+            format!("http://2130706433:{port}/x"),
+            format!("http://127.1:{port}/x"),
+            format!("http://[::ffff:127.0.0.1]:{port}/x"),
+        ] {
+            match strict.send(post(&url), AnswerRule::Channel).await {
+                Attempt::Rejected(reason) => assert!(
+                    reason.contains("loopback")
+                        && reason.ends_with("refused by `[outbound] private = \"deny\"`"),
+                    "{url}: {reason}"
+                ),
+                other => panic!("{url}: {other:?}"),
+            }
+            let exchanged = strict.exchange(post(&url)).await;
+            assert!(
+                exchanged.as_ref().is_err_and(|e| e.contains("loopback")),
+                "{url}: {exchanged:?}"
+            );
+        }
+        match strict
+            .send(post("http://evil@127.0.0.1:9/"), AnswerRule::Webhook)
+            .await
+        {
+            Attempt::Rejected(reason) => assert!(reason.contains("user info"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            0,
+            "a refused request connected"
+        );
+        // The default allows private addresses (and so the same server).
+        let open = HttpSender::new().expect("sender");
+        for url in [
+            format!("http://127.0.0.1:{port}/x"),
+            format!("http://localhost:{port}/x"),
+        ] {
+            assert!(
+                matches!(
+                    open.send(post(&url), AnswerRule::Channel).await,
+                    Attempt::Delivered(_)
+                ),
+                "{url}"
+            );
+        }
+        assert!(
+            matches!(
+                open.send(post("http://169.254.169.254/latest/meta-data"), AnswerRule::Bot)
+                    .await,
+                Attempt::Rejected(reason) if reason.starts_with("169.254.169.254 is link-local (cloud metadata)")
+            ),
+            "metadata refused by default"
+        );
+        // Allowed by name: any address the name resolves to.
+        let by_name =
+            HttpSender::with_policy(Policy::new(true, &["localhost".to_owned()]).expect("policy"))
+                .expect("sender");
+        assert!(matches!(
+            by_name
+                .send(
+                    post(&format!("http://localhost:{port}/x")),
+                    AnswerRule::Channel
+                )
+                .await,
+            Attempt::Delivered(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        use std::sync::atomic::Ordering;
+        let (target, followed) = server(OK).await;
+        let redirect: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 302 Found\r\nlocation: http://{target}/elsewhere\r\n\
+                 content-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            .into_boxed_str(),
+        );
+        let (addr, _) = server(redirect).await;
+        let sender = HttpSender::new().expect("sender");
+        let url = format!("http://{addr}/x");
+        assert_eq!(
+            sender.send(post(&url), AnswerRule::Channel).await,
+            Attempt::Rejected("HTTP 302 Found".to_owned())
+        );
+        let (status, _) = sender.exchange(post(&url)).await.expect("an answer");
+        assert_eq!(status, StatusCode::FOUND);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            followed.load(Ordering::SeqCst),
+            0,
+            "the redirect was followed"
+        );
     }
 }

@@ -69,6 +69,10 @@ pub enum StoreError {
     /// The group commit that held this transaction failed.
     #[error("the write was not committed: {0}")]
     Commit(String),
+    /// No connection to the database could be made. `target` names the
+    /// database, host and port; neither field carries a password.
+    #[error("cannot connect to {target}: {reason}")]
+    Unreachable { target: String, reason: String },
 }
 
 /// Attaches context to sqlx errors: `.ctx("inserting a message")?`.
@@ -86,6 +90,46 @@ impl<T> Ctx<T> for Result<T, sqlx::Error> {
 pub enum Backend {
     Sqlite,
     Postgres,
+}
+
+/// How a PostgreSQL pool is sized and how long it waits (`[storage]`).
+/// SQLite keeps its own small pool: one writer and a few readers of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Most connections this process holds open at once.
+    pub max_connections: u32,
+    /// How long taking a connection may wait, all of them busy or the
+    /// database down; the request then fails (a 503 the client retries).
+    pub acquire_timeout: Duration,
+    /// How long opening the first connection may take at start.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What [`Store::open`] is told besides the URL; a bare [`Durability`]
+/// converts with the default [`PoolSettings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub durability: Durability,
+    pub pool: PoolSettings,
+}
+
+impl From<Durability> for OpenOptions {
+    fn from(durability: Durability) -> Self {
+        OpenOptions {
+            durability,
+            pool: PoolSettings::default(),
+        }
+    }
 }
 
 /// Shared handle to the database.
@@ -229,8 +273,20 @@ const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(75270305143850
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending
-    /// migrations; on SQLite, `durability` sets what a commit waits for.
-    pub async fn open(url: &str, durability: Durability) -> Result<Store, StoreError> {
+    /// migrations; on SQLite, the durability sets what a commit waits for; on
+    /// PostgreSQL, the pool settings size the pool and bound its waits.
+    ///
+    /// PostgreSQL first gets one connection of its own within the connect
+    /// timeout, so a database that is not there is named with the reason
+    /// (the pool retries a refused connection until its acquire timeout and
+    /// then says only that it timed out). The pool opens connections when
+    /// they are needed and replaces broken ones (each is pinged before use),
+    /// so the hub recovers by itself once a database that went away is back.
+    pub async fn open(url: &str, options: impl Into<OpenOptions>) -> Result<Store, StoreError> {
+        let OpenOptions {
+            durability,
+            pool: settings,
+        } = options.into();
         install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -241,24 +297,32 @@ impl Store {
             Backend::Sqlite => prepare_sqlite_url(url)?,
             Backend::Postgres => url.to_owned(),
         };
-        let mut options = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 16 })
-            // A ping per acquire is a round trip to the driver's thread for
-            // nothing on a local file; PostgreSQL keeps the check.
-            .test_before_acquire(backend != Backend::Sqlite)
-            .acquire_timeout(Duration::from_secs(10));
-        if backend == Backend::Sqlite {
-            options = options.after_connect(|conn, _| {
-                Box::pin(async move {
-                    conn.execute(SQLITE_PRAGMAS).await?;
-                    Ok(())
+        let pool = match backend {
+            Backend::Sqlite => AnyPoolOptions::new()
+                .max_connections(4)
+                // A ping per acquire is a round trip to the driver's thread
+                // for nothing on a local file; PostgreSQL keeps the check.
+                .test_before_acquire(false)
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute(SQLITE_PRAGMAS).await?;
+                        Ok(())
+                    })
                 })
-            });
-        }
-        let pool = options
-            .connect(&url)
-            .await
-            .ctx("connecting to the database")?;
+                .connect(&url)
+                .await
+                .ctx("connecting to the database")?,
+            Backend::Postgres => {
+                probe_postgres(&url, settings.connect_timeout).await?;
+                AnyPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .test_before_acquire(true)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_lazy(&url)
+                    .ctx("setting up the connection pool")?
+            }
+        };
         let writer = match backend {
             Backend::Sqlite => {
                 let writer = open_writer(&url, durability).await?;
@@ -324,7 +388,17 @@ impl Store {
         let inner = match &self.writer {
             Some(group) => TxInner::Shared(group.begin().await?),
             None => {
-                let turn = self.pg_turn.clone().lock_owned().await;
+                // Waiting for the turn is bounded as waiting for a
+                // connection is: while the database is down each writer
+                // ahead fails after its acquire timeout, and a queue of
+                // them must not add up to more than one.
+                let wait = self.pool.options().get_acquire_timeout();
+                let turn = tokio::time::timeout(wait, self.pg_turn.clone().lock_owned())
+                    .await
+                    .map_err(|_| StoreError::Db {
+                        context: "waiting for the write turn",
+                        source: sqlx::Error::PoolTimedOut,
+                    })?;
                 let tx = self
                     .pool
                     .begin_with(PG_BEGIN_WRITE)
@@ -567,6 +641,120 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     }
 }
 
+/// Connects once to the PostgreSQL database at `url` within `timeout`,
+/// pings it and closes again: `hub check` with a PostgreSQL URL, and the
+/// first step of [`Store::open`] there. The error names the database, the
+/// host and the port (never the password): [`StoreError::Unreachable`].
+pub async fn probe_postgres(url: &str, timeout: Duration) -> Result<(), StoreError> {
+    use std::str::FromStr;
+    let options = match sqlx::postgres::PgConnectOptions::from_str(url) {
+        Ok(options) => options,
+        Err(e) => {
+            return Err(StoreError::Unreachable {
+                target: redacted_url(url),
+                reason: scrub(&format!("not a PostgreSQL URL: {e}"), url),
+            });
+        }
+    };
+    let target = postgres_target(&options);
+    let attempt = async {
+        let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+        conn.ping().await?;
+        conn.close().await
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(StoreError::Unreachable {
+            target,
+            reason: scrub(&e.to_string(), url),
+        }),
+        Err(_) => Err(StoreError::Unreachable {
+            target,
+            reason: format!("no connection within {} ms", timeout.as_millis()),
+        }),
+    }
+}
+
+/// `database `hub` on 127.0.0.1:5432 as user `hub``: where a connection goes.
+fn postgres_target(options: &sqlx::postgres::PgConnectOptions) -> String {
+    let user = options.get_username();
+    // Without a database in the URL, PostgreSQL takes the user's name.
+    let database = options.get_database().unwrap_or(user);
+    let place = match options.get_socket() {
+        Some(socket) => format!("socket {}", socket.display()),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    format!("database `{database}` on {place} as user `{user}`")
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`:
+/// a database URL fit for logs and messages.
+pub fn redacted_url(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    match authority[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..start],
+            &authority[..colon],
+            &url[start + at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// `text` without the password of `url` in it, should a driver's message
+/// ever quote it.
+fn scrub(text: &str, url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return text.to_owned();
+    };
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let password = authority
+        .rfind('@')
+        .and_then(|at| authority[..at].split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(password) => text
+            .replace(password, "***")
+            .replace(&percent_decoded(password), "***"),
+        None => text.to_owned(),
+    }
+}
+
+/// `%XX` escapes of a URL part decoded (others left as they are).
+fn percent_decoded(part: &str) -> String {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Whether `conn` talks to PostgreSQL: the batch writers take another way
 /// there (one statement per item), as SQLite's scripts do not run on it.
 pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
@@ -581,6 +769,50 @@ pub(crate) fn flag(v: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn database_urls_in_messages_carry_no_password() {
+        let url = "postgres://hub:s3cr%40t@db.example.com:5433/hubdb?sslmode=disable";
+        assert_eq!(
+            redacted_url(url),
+            "postgres://hub:***@db.example.com:5433/hubdb?sslmode=disable"
+        );
+        assert_eq!(
+            redacted_url("postgres://hub@127.0.0.1/hub"),
+            "postgres://hub@127.0.0.1/hub"
+        );
+        assert_eq!(redacted_url("sqlite://data/hub.db"), "sqlite://data/hub.db");
+        assert_eq!(
+            scrub("auth failed: s3cr@t and s3cr%40t", url),
+            "auth failed: *** and ***"
+        );
+        use std::str::FromStr;
+        let options = sqlx::postgres::PgConnectOptions::from_str(url).expect("a URL");
+        assert_eq!(
+            postgres_target(&options),
+            "database `hubdb` on db.example.com:5433 as user `hub`"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_postgresql_connection_names_the_database_host_and_port() {
+        // A port nobody listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let url = format!("postgres://hub:s3cret@127.0.0.1:{port}/hubdb");
+        let started = std::time::Instant::now();
+        let err = probe_postgres(&url, Duration::from_secs(10))
+            .await
+            .expect_err("nobody listens there")
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(10), "{err}");
+        for needle in ["`hubdb`", "127.0.0.1", &format!(":{port}")] {
+            assert!(err.contains(needle), "`{needle}` missing: {err}");
+        }
+        assert!(!err.contains("s3cret"), "{err}");
+    }
 
     #[tokio::test]
     async fn existing_clients_get_visitor_numbers_in_creation_order() {
