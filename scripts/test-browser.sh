@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The website widget's end-to-end tests in a real browser: tests/browser/*.test.mjs
+# The website widget's and the agent console's end-to-end tests in a real browser: tests/browser/*.test.mjs
 # start the hub binary, a small website embedding the widget, and Debian's
 # chromium driven by playwright-core. Installs what they need on a fresh Debian
 # machine (as root), builds the hub, runs them. Screenshots of the widget land

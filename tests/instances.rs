@@ -105,16 +105,11 @@ async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_
     let dir = tempfile::tempdir().expect("temp dir");
     let opts = HubOptions {
         attempt_timeout_ms: 1_000,
+        lease_ms: LEASE_MS,
         extra_toml: "[webhooks]\ntimeout_ms = 1000\nsync_timeout_ms = 1000\n".to_owned(),
         ..HubOptions::default()
     };
     let config = write_config(dir.path(), &opts, "127.0.0.1:0");
-    let text = std::fs::read_to_string(&config).expect("config");
-    let text = text.replace(
-        "attempt_timeout_ms = 1000\n",
-        &format!("attempt_timeout_ms = 1000\nlease_ms = {LEASE_MS}\n"),
-    );
-    std::fs::write(&config, text).expect("config");
     // Both instances read the same file: the same database, ports of their own.
     let spawn = |config: std::path::PathBuf| {
         tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
