@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::{ADMIN_TOKEN, HubProcess, TestAgent};
+use crate::support::{ADMIN_TOKEN, HubProcess, TestAgent, admin_create};
 
 /// How long a client waits for an answer: the hub must answer within it
 /// (the acquire timeout set below, plus one write turn's wait), never
@@ -215,18 +215,6 @@ fn client() -> reqwest::Client {
         .expect("http client")
 }
 
-async fn admin_create(http: &reqwest::Client, base: &str, what: &str, body: Value) -> Value {
-    let resp = http
-        .post(format!("{base}/admin/v1/{what}"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("admin request");
-    assert_eq!(resp.status(), 201, "creating {what}");
-    resp.json().await.expect("admin json")
-}
-
 /// Customer 7 writes `text`: the status and body, or the client's error
 /// (the hub not answering within [`REQUEST_TIMEOUT`]).
 async fn say(http: &reqwest::Client, url: &str, text: &str) -> Result<(u16, String), String> {
@@ -290,14 +278,12 @@ async fn while_postgresql_is_down_requests_get_503_and_the_hub_recovers_by_itsel
         .expect("hub serve");
     let http = client();
     let agent = admin_create(
-        &http,
         &hub.base,
         "agents",
         json!({ "name": "Ann", "email": AGENT_EMAIL }),
     )
     .await;
     let channel = admin_create(
-        &http,
         &hub.base,
         "channels",
         json!({ "name": "shop", "customer_endpoint": "http://127.0.0.1:9/hub",

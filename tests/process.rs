@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Reply, TestAgent, TestChannel, eventually,
+    HubOptions, HubProcess, Integrator, Reply, TestAgent, TestChannel, admin_create, eventually,
     write_config,
 };
 use serde_json::{Value, json};
@@ -79,18 +79,6 @@ async fn exit_of(p: &mut HubProcess, timeout: Duration) -> ExitStatus {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn admin_create(base: &str, what: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/admin/v1/{what}"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("admin request");
-    assert_eq!(resp.status(), 201, "creating {what}");
-    resp.json().await.expect("admin json")
 }
 
 fn agent_at(base: &str, token: &str) -> TestAgent {

@@ -852,3 +852,17 @@ impl Sse {
         Sse::of(reqwest::Client::new().get(url), url).await
     }
 }
+
+/// Creates `what` (`agents`, `channels`, …) through the admin API of the hub
+/// at `base` and answers its JSON; anything but 201 fails the test.
+pub async fn admin_create(base: &str, what: &str, body: Value) -> Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/admin/v1/{what}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("admin request");
+    assert_eq!(resp.status(), 201, "creating {what}");
+    resp.json().await.expect("admin json")
+}
