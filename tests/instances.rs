@@ -301,3 +301,45 @@ async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn two_instances_started_at_the_same_moment_on_an_empty_database_both_come_up() {
+    if !on_postgres() {
+        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+        return;
+    }
+    use crate::support::{HubProcess, write_config};
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The database is created empty; neither instance has migrated it yet.
+    let config = write_config(dir.path(), &HubOptions::default(), "127.0.0.1:0");
+    let (a, b) = tokio::join!(
+        tokio::task::spawn_blocking({
+            let config = config.clone();
+            move || HubProcess::spawn(&config)
+        }),
+        tokio::task::spawn_blocking({
+            let config = config.clone();
+            move || HubProcess::spawn(&config)
+        }),
+    );
+    let (a, b) = (a.expect("first instance"), b.expect("second instance"));
+    for hub in [&a, &b] {
+        let ready = reqwest::get(format!("{}/readyz", hub.base))
+            .await
+            .expect("readyz");
+        assert_eq!(ready.status(), 200, "{}", hub.log());
+    }
+    // What one instance makes, the other serves at once.
+    let ch = crate::support::admin_create(
+        &a.base,
+        "channels",
+        json!({ "name": "web", "customer_endpoint": "http://127.0.0.1:9/hub" }),
+    )
+    .await;
+    let status = ch["status_url"]
+        .as_str()
+        .expect("status url")
+        .replace(&a.base, &b.base);
+    let answer = reqwest::get(&status).await.expect("status on B");
+    assert_eq!(answer.status(), 200);
+}
