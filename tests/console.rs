@@ -603,3 +603,35 @@ async fn the_chat_view_names_each_agent_and_shows_the_clients_attributes() {
     );
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn metrics_need_the_admin_token_or_an_admin_session_unless_made_public() {
+    let hub = TestHub::start().await;
+    let plain = reqwest::get(hub.url("/metrics")).await.expect("metrics");
+    assert_eq!(plain.status(), 401);
+    let with_token = reqwest::Client::new()
+        .get(hub.url("/metrics"))
+        .bearer_auth(crate::support::ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(with_token.status(), 200, "the admin token reads them");
+    agent_with_password(&hub, "boss@example.com", true).await;
+    let mut browser = Browser::new(&hub);
+    browser.signed_in("boss@example.com", PASSWORD).await;
+    let resp = browser
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(resp.status(), 200, "an admin agent's session reads them");
+    hub.shutdown().await;
+
+    let public = TestHub::start_with_config(HubOptions::default(), |c| {
+        c.metrics.access = hub::config::MetricsAccess::Public;
+    })
+    .await;
+    let plain = reqwest::get(public.url("/metrics")).await.expect("metrics");
+    assert_eq!(plain.status(), 200);
+    public.shutdown().await;
+}

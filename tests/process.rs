@@ -754,6 +754,7 @@ async fn hostile_plugins_on_a_served_hub_leave_the_other_channel_whole() {
         );
         let metrics = http
             .get(format!("{base}/metrics"))
+            .bearer_auth(crate::support::ADMIN_TOKEN)
             .send()
             .await
             .expect("metrics")

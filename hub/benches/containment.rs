@@ -332,7 +332,10 @@ async fn ordinary(hub: &Served, rate: u64, secs: Duration) -> Phase {
 
 /// The hostile plugin's error kinds that were counted, from `/metrics`.
 async fn error_kinds(base: &str) -> String {
-    let text = reqwest::get(format!("{base}/metrics"))
+    let text = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(ADMIN)
+        .send()
         .await
         .expect("metrics")
         .text()

@@ -283,6 +283,7 @@ impl TestHub {
         let text = self
             .http
             .get(self.url("/metrics"))
+            .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
             .expect("metrics request")

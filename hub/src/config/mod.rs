@@ -66,6 +66,8 @@ pub struct Config {
     #[serde(default)]
     pub console: ConsoleConfig,
     #[serde(default)]
+    pub metrics: MetricsConfig,
+    #[serde(default)]
     pub outbound: OutboundConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
@@ -190,6 +192,26 @@ pub struct GeoIpConfig {
     /// `session.geoip` stays empty.
     #[serde(default)]
     pub database: Option<PathBuf>,
+}
+
+/// `[metrics]`: who may read `/metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    #[serde(default)]
+    pub access: MetricsAccess,
+}
+
+/// Who may read `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// The admin token (or an admin agent's console session): the figures
+    /// name plugins, channels' traffic and failures.
+    #[default]
+    Admin,
+    /// Anyone who can reach the hub (a scraper on a private network).
+    Public,
 }
 
 /// `[console]`: agents' sign-in to the console at `/console`.

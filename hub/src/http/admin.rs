@@ -8,16 +8,15 @@ use serde_json::json;
 use crate::core::accounts::{self, AccountError};
 use crate::core::provisioning::{self, BotSpec, ChannelSpec, ProvisionError};
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, read_body};
+use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
 use crate::http::{App, session};
-use crate::ids::constant_time_eq;
 use crate::store::ChannelKind;
 use crate::store::OutboxState;
 use crate::store::bots::{BotAuth, BotTarget};
 
 /// Routes `/admin/v1/...`; `rest` is the path after `v1`.
 pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    if let Err(resp) = authorize(app, &req).await {
+    if let Err(resp) = session::admin(app, &req).await {
         return resp;
     }
     let method = req.method().clone();
@@ -47,42 +46,6 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         (_, ["deliveries", ..] | ["plugins"] | ["channels", _, "webhook"]) => method_not_allowed(),
         (_, ["channels"] | ["agents"]) => method_not_allowed(),
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
-    }
-}
-
-/// The admin token, or the console session of an admin agent (whose
-/// state-changing requests carry the CSRF token).
-async fn authorize(app: &App, req: &Request<Incoming>) -> Result<(), Resp> {
-    let disabled = || {
-        error(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
-            "the admin API is off: set admin.token in hub.toml or HUB_ADMIN_TOKEN",
-        )
-    };
-    let unauthorized = || {
-        error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "admin bearer token required",
-        )
-    };
-    if let Some(token) = bearer(req) {
-        return match app.admin_token.as_deref() {
-            Some(expected) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
-            Some(_) => Err(unauthorized()),
-            None => Err(disabled()),
-        };
-    }
-    match session::agent(app, req).await? {
-        Some(agent) if agent.admin => Ok(()),
-        Some(_) => Err(error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this agent is not an administrator",
-        )),
-        None if app.admin_token.is_none() => Err(disabled()),
-        None => Err(unauthorized()),
     }
 }
 

@@ -301,7 +301,14 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             _ => method_not_allowed(),
         },
         ["metrics"] => match *req.method() {
-            Method::GET => crate::http::metrics::handle(app).await,
+            Method::GET => {
+                if app.config.metrics.access == crate::config::MetricsAccess::Admin
+                    && let Err(resp) = crate::http::session::admin(app, &req).await
+                {
+                    return resp;
+                }
+                crate::http::metrics::handle(app).await
+            }
             _ => method_not_allowed(),
         },
         ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,

@@ -8,7 +8,7 @@ use http::{Method, Request, StatusCode};
 use crate::core::accounts;
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, error};
+use crate::http::respond::{Resp, bearer, error};
 use crate::ids::constant_time_eq;
 use crate::store::Agent;
 
@@ -71,4 +71,40 @@ pub async fn agent<B>(app: &App, req: &Request<B>) -> Result<Option<Agent>, Resp
         }
     }
     Ok(Some(agent))
+}
+
+/// The admin token, or the console session of an admin agent (whose
+/// state-changing requests carry the CSRF token).
+pub async fn admin<B>(app: &App, req: &Request<B>) -> Result<(), Resp> {
+    let disabled = || {
+        error(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin API is off: set admin.token in hub.toml or HUB_ADMIN_TOKEN",
+        )
+    };
+    let unauthorized = || {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "admin bearer token required",
+        )
+    };
+    if let Some(token) = bearer(req) {
+        return match app.admin_token.as_deref() {
+            Some(expected) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
+            Some(_) => Err(unauthorized()),
+            None => Err(disabled()),
+        };
+    }
+    match agent(app, req).await? {
+        Some(agent) if agent.admin => Ok(()),
+        Some(_) => Err(error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this agent is not an administrator",
+        )),
+        None if app.admin_token.is_none() => Err(disabled()),
+        None => Err(unauthorized()),
+    }
 }
