@@ -343,3 +343,64 @@ async fn two_instances_started_at_the_same_moment_on_an_empty_database_both_come
     let answer = reqwest::get(&status).await.expect("status on B");
     assert_eq!(answer.status(), 200);
 }
+
+#[tokio::test]
+async fn a_bot_made_on_the_command_line_reaches_a_running_instance_at_once() {
+    if !on_postgres() {
+        eprintln!("skipped: the running hub hears of the change through PostgreSQL");
+        return;
+    }
+    let provider = Integrator::start().await;
+    let integrator = Integrator::start().await;
+    let hub = TestHub::start().await;
+    hub.create_agent("Ann", "ann@example.com").await;
+    let ch = hub
+        .create_channel("web", &integrator.url, false, &["ann@example.com"])
+        .await;
+    let config = hub.dir.path().join("hub.toml");
+    let endpoint = provider.url.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hub"));
+        for var in hub::config::ENV_OVERRIDES {
+            command.env_remove(var);
+        }
+        command
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "bot",
+                "create",
+                "--name",
+                "Assistant",
+                "--endpoint",
+                &endpoint,
+            ])
+            .args(["--token", "bot-token-0123456789", "--channel", "web"])
+            .output()
+            .expect("hub bot create")
+    })
+    .await
+    .expect("command");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    eventually(
+        Duration::from_secs(10),
+        "the new bot to hear a customer",
+        || async {
+            let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            hub.say(&ch, json!(format!("c-cli-{n}")), "hello bot").await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            provider
+                .requests()
+                .iter()
+                .any(|r| r.json()["event"] == "CLIENT_MESSAGE")
+                .then_some(())
+        },
+    )
+    .await;
+    hub.shutdown().await;
+}

@@ -797,6 +797,10 @@ async fn bot(config: Config, cmd: BotCommand) -> Result<()> {
             out(&format!("deleted bot {}", found.name))?;
         }
     }
+    // Hubs running on a PostgreSQL database reload their bots now.
+    if let Err(e) = hub::core::live::announce_bots_changed(&store).await {
+        tracing::warn!(error = %e, "running hubs were not told of the change; a reload (SIGHUP) picks it up");
+    }
     store.close().await;
     Ok(())
 }

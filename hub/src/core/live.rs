@@ -146,6 +146,21 @@ impl Live {
     }
 }
 
+/// Tells every hub running on this (PostgreSQL) database that bots changed,
+/// from outside a running hub (the command line). Nothing on SQLite.
+pub async fn announce_bots_changed(store: &Store) -> Result<(), crate::store::StoreError> {
+    let notice = Notice::Bots {
+        origin: format!("cli-{}", crate::ids::random_token()),
+    };
+    match serde_json::to_string(&notice) {
+        Ok(payload) => store.notify(&payload).await,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode a notice");
+            Ok(())
+        }
+    }
+}
+
 async fn send_notices(store: Store, mut rx: mpsc::Receiver<Notice>) {
     while let Some(notice) = rx.recv().await {
         let payload = match serde_json::to_string(&notice) {
