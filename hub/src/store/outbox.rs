@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{self, Scripts, slots_for, values};
-use super::{Ctx, DeliveryState, Store, StoreError, flag, is_postgres};
+use super::{Backend, Ctx, DeliveryState, Store, StoreError, flag, is_postgres};
 use crate::event::Event;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -600,9 +600,17 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
         static CLAIM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        static CLAIM_PG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         // One statement: the rows it leases come back as they were before
         // (attempts started before this claim, and no first attempt yet).
-        let sql = CLAIM.get_or_init(|| {
+        // On PostgreSQL the candidate rows are locked and rows another
+        // transaction holds are skipped, so claims stay exclusive even
+        // without the write turn.
+        let (cell, lock) = match self.backend() {
+            Backend::Sqlite => (&CLAIM, ""),
+            Backend::Postgres => (&CLAIM_PG, " FOR UPDATE OF o SKIP LOCKED"),
+        };
+        let sql = cell.get_or_init(|| {
             let returned = COLUMNS
                 .replace(
                     "attempts, first_attempt_at",
@@ -617,7 +625,7 @@ impl Store {
                  AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
                                  AND p.state = 'pending' AND p.seq < o.seq \
                                  AND (p.hold_until IS NULL OR p.hold_until > $2)) \
-                 ORDER BY o.seq LIMIT $3) RETURNING {returned}, \
+                 ORDER BY o.seq LIMIT $3{lock}) RETURNING {returned}, \
                  (SELECT c.channel_id FROM chats c WHERE c.id = outbox.chat_id) AS channel_id"
             )
         });
