@@ -9,6 +9,17 @@
 //! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s).
 //!
+//! PostgreSQL: with HUB_BENCH_DATABASE_URL (or else HUB_TEST_DATABASE_URL, as
+//! `scripts/with-postgres.sh` sets it) naming a server (a URL of any database
+//! there, as a user allowed to create databases), the black-box part also
+//! measures `hub serve` on PostgreSQL, each measurement on a fresh database
+//! (`bench_<random>`, dropped afterwards): ingress and agent-message
+//! deliveries with one instance, then with two instances on one database
+//! (the same connections in total, half to each), next to the SQLite figures
+//! of the same run at the durability the server matches (`normal` when its
+//! `fsync` or `synchronous_commit` is off, else `full`):
+//! `BENCH_SECS=5 scripts/with-postgres.sh cargo bench -p hub --bench channel`.
+//!
 //! Operators' mode: `BENCH_ENDPOINT=http://host:port/<secret>/<public_id>`
 //! drives a hub already running (a channel's customer-message endpoint, as
 //! `hub channel create` prints it) next to the same hello-world baseline;
@@ -17,7 +28,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -115,11 +126,13 @@ async fn bench() {
         }
     }
     if let Some((hub, token, _dir)) = kept {
-        let (delivered_per_s, elapsed) =
-            deliveries(hub.base_url(), &token, replies, conns, &received).await;
+        let bases = [hub.base_url().to_owned()];
+        let done = deliveries(&bases, &token, replies, conns, &received).await;
         println!(
-            "agent messages end to end (redact, full): {replies} delivered to a loopback integrator in {:.2} s = {delivered_per_s:.0} deliveries/s",
-            elapsed.as_secs_f64()
+            "agent messages end to end (redact, full): {} delivered to a loopback integrator in {:.2} s = {:.0} deliveries/s",
+            done.delivered,
+            done.elapsed.as_secs_f64(),
+            done.rate()
         );
         hub.shutdown().await;
     }
@@ -129,7 +142,8 @@ async fn bench() {
 }
 
 /// The same figures against the real `hub serve` binary, a separate process,
-/// next to a hello-world in a separate process too.
+/// next to a hello-world in a separate process too; then, with a PostgreSQL
+/// server, the same binary on PostgreSQL.
 async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path) {
     println!("\nblack box (`hub serve` and a hello-world process, driven over loopback):");
     let (mut hello_child, hello) = spawn_hello();
@@ -137,20 +151,28 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
     let base = load(hello, "/", conns, duration, &hello_body, None).await;
     base.print("hello-world (bare hyper)", None);
     let _ = hello_child.kill();
+    let _ = hello_child.wait();
     let (integrator, received) = serve_hello().await;
+    let mut sqlite = Vec::new();
     for setup in [SETUPS[0], SETUPS[2], SETUPS[3]] {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut hub = ServedHub::start(dir.path(), integrator, setup, plugins).await;
+        let storage = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let mut hub = ServedHub::start(dir.path(), "hub", &storage, setup, plugins).await;
+        hub.provision(integrator).await;
         let idle = memory_kib(hub.child.id(), "VmRSS");
         let run = ingress(hub.addr, &hub.path, conns, duration, setup, &base).await;
-        if setup.redact && setup.durability == "full" {
-            paced(hub.addr, &hub.path, conns, duration, &run).await;
+        let mut delivered = None;
+        if setup.redact {
+            if setup.durability == "full" {
+                paced(hub.addr, &hub.path, conns, duration, &run).await;
+            }
             received.store(0, Ordering::Relaxed);
-            let (delivered_per_s, _) =
-                deliveries(&hub.base, &hub.token, replies, conns, &received).await;
-            println!(
-                "  agent messages end to end: {delivered_per_s:.0} deliveries/s ({replies} replies)"
-            );
+            let bases = [hub.base.clone()];
+            let done = deliveries(&bases, &hub.token, replies, conns, &received).await;
+            done.print(None, None);
+            delivered = Some(done.rate());
+        }
+        if setup.redact && setup.durability == "full" {
             let size = |name: &str| {
                 std::fs::metadata(dir.path().join(name)).map_or(0.0, |m| m.len() as f64 / 1e6)
             };
@@ -164,7 +186,181 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
             soak(&hub, &run).await;
         }
         hub.stop();
+        sqlite.push(Measured {
+            setup,
+            run,
+            delivered,
+        });
     }
+    if let Some(server) = postgres_server() {
+        postgres(&server, conns, duration, replies, plugins, &base, &sqlite).await;
+    }
+}
+
+/// A SQLite figure of the black-box run, for the PostgreSQL ratios.
+struct Measured {
+    setup: Setup,
+    run: Run,
+    delivered: Option<f64>,
+}
+
+/// The PostgreSQL server the benchmark may create databases on, if any.
+fn postgres_server() -> Option<String> {
+    ["HUB_BENCH_DATABASE_URL", "HUB_TEST_DATABASE_URL"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+}
+
+/// Ingress and deliveries of `hub serve` with `redact` on PostgreSQL, one
+/// instance and then two on one database, each on a fresh database; with
+/// ratios to the SQLite run of the durability the server matches and to the
+/// hello-world.
+async fn postgres(
+    server: &str,
+    conns: usize,
+    duration: Duration,
+    replies: usize,
+    plugins: &Path,
+    base: &Run,
+    sqlite: &[Measured],
+) {
+    let setup = SETUPS[2];
+    let (version, relaxed) = server_settings(server).await;
+    let durability = if relaxed { "normal" } else { "full" };
+    let Some(like) = sqlite
+        .iter()
+        .find(|m| m.setup.redact && m.setup.durability == durability)
+    else {
+        return;
+    };
+    println!(
+        "\nPostgreSQL {version} (`hub serve`, redact, a fresh database per measurement; {}: compared with SQLite redact, {durability}):",
+        if relaxed {
+            "the server's fsync or synchronous_commit is off"
+        } else {
+            "the server fsyncs every commit"
+        }
+    );
+    let (integrator, received) = serve_hello().await;
+    for instances in [1, 2] {
+        let database = Database::create(server).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut hubs = Vec::new();
+        for i in 0..instances {
+            let name = format!("hub-{i}");
+            let hub = ServedHub::start(dir.path(), &name, &database.url, setup, plugins).await;
+            hubs.push(hub);
+        }
+        hubs[0].provision(integrator).await;
+        let (path, token) = (hubs[0].path.clone(), hubs[0].token.clone());
+        for hub in &mut hubs[1..] {
+            hub.path.clone_from(&path);
+            hub.token.clone_from(&token);
+        }
+        let label = if instances == 1 {
+            "1 instance".to_owned()
+        } else {
+            format!("{instances} instances")
+        };
+        let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.addr).collect();
+        let run = spread_load(&addrs, &path, conns, duration).await;
+        println!(
+            "{}, {:.2}× SQLite",
+            run.line(&format!("ingress, redact, {label}"), Some(base)),
+            run.rps() / like.run.rps()
+        );
+        received.store(0, Ordering::Relaxed);
+        let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
+        let done = deliveries(&bases, &token, replies, conns, &received).await;
+        done.print(Some(base), like.delivered);
+        for hub in &mut hubs {
+            hub.stop();
+        }
+        database.drop().await;
+    }
+}
+
+/// The server's version, and whether a commit returns before it is on disk
+/// (`fsync` or `synchronous_commit` off).
+async fn server_settings(server: &str) -> (String, bool) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(server)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL server {server}: {e}"));
+    let version = show(&mut conn, "server_version").await;
+    let relaxed = show(&mut conn, "fsync").await == "off"
+        || show(&mut conn, "synchronous_commit").await == "off";
+    let _ = conn.close().await;
+    (version, relaxed)
+}
+
+/// A setting of the server, as `SHOW` gives it.
+async fn show(conn: &mut sqlx::PgConnection, name: &str) -> String {
+    sqlx::query_scalar(&format!("SHOW {name}"))
+        .fetch_one(conn)
+        .await
+        .unwrap_or_else(|e| panic!("SHOW {name}: {e}"))
+}
+
+/// A database of its own on the PostgreSQL server, for one measurement.
+struct Database {
+    server: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    async fn create(server: &str) -> Database {
+        let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        admin_sql(server, &format!("CREATE DATABASE {name}")).await;
+        let (base, query) = match server.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (server, String::new()),
+        };
+        let authority_start = base.find("://").map_or(0, |i| i + 3);
+        let root = match base[authority_start..].find('/') {
+            Some(i) => &base[..authority_start + i],
+            None => base,
+        };
+        Database {
+            server: server.to_owned(),
+            url: format!("{root}/{name}{query}"),
+            name,
+        }
+    }
+
+    /// Drops the database once its hubs are stopped.
+    async fn drop(self) {
+        admin_sql(
+            &self.server,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        )
+        .await;
+    }
+}
+
+/// Runs one statement on the server's database named in its URL.
+async fn admin_sql(server: &str, sql: &str) {
+    use sqlx::{Connection, Executor};
+    let mut conn = sqlx::PgConnection::connect(server)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL server {server}: {e}"));
+    conn.execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql} on {server}: {e}"));
+    let _ = conn.close().await;
+}
+
+/// The closed-loop ingress load split over `addrs` (hubs on one database
+/// with the same channel), `conns` connections in all: one run over all.
+async fn spread_load(addrs: &[SocketAddr], path: &str, conns: usize, duration: Duration) -> Run {
+    let n = addrs.len();
+    let runs = futures_util::future::join_all(addrs.iter().enumerate().map(|(i, &addr)| {
+        let share = conns / n + usize::from(i < conns % n);
+        load(addr, path, share, duration, &customer_message, None)
+    }))
+    .await;
+    Run::merge(runs)
 }
 
 /// With `BENCH_SOAK_SECS`, keeps the served hub at half the measured rate
@@ -280,14 +476,13 @@ async fn paced(addr: SocketAddr, path: &str, conns: usize, duration: Duration, c
     run.print("  paced at half that rate", None);
 }
 
-/// The hub configuration of a setup.
-fn config_text(dir: &Path, listen: &str, setup: Setup, plugins: &Path) -> String {
-    let mut text = format!(
-        "[server]\nlisten = \"{listen}\"\n[storage]\nurl = \"sqlite://{}\"\ndurability = \"{}\"\n\
-         [admin]\ntoken = \"{ADMIN}\"\n",
-        dir.join("bench.db").display(),
-        setup.durability
-    );
+/// The hub configuration of a setup on `storage` (a database URL).
+fn config_text(storage: &str, listen: &str, setup: Setup, plugins: &Path) -> String {
+    let mut text = format!("[server]\nlisten = \"{listen}\"\n[storage]\nurl = \"{storage}\"\n");
+    if storage.starts_with("sqlite:") {
+        text += &format!("durability = \"{}\"\n", setup.durability);
+    }
+    text += &format!("[admin]\ntoken = \"{ADMIN}\"\n");
     if setup.redact {
         text += &format!(
             "[[plugins]]\nname = \"redact\"\npath = \"{}\"\n\
@@ -299,7 +494,8 @@ fn config_text(dir: &Path, listen: &str, setup: Setup, plugins: &Path) -> String
     text
 }
 
-/// A `hub serve` child process with a channel and an agent.
+/// A `hub serve` child process; `path` and `token` are its channel's
+/// endpoint path and agent token once provisioned.
 struct ServedHub {
     child: Child,
     addr: SocketAddr,
@@ -309,40 +505,62 @@ struct ServedHub {
 }
 
 impl ServedHub {
-    async fn start(dir: &Path, integrator: SocketAddr, setup: Setup, plugins: &Path) -> ServedHub {
+    /// Starts `hub serve` with `dir/<name>.toml` on `storage`, its log in
+    /// `dir/<name>.log`, and waits until it answers.
+    async fn start(
+        dir: &Path,
+        name: &str,
+        storage: &str,
+        setup: Setup,
+        plugins: &Path,
+    ) -> ServedHub {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let path = dir.join("hub.toml");
-        std::fs::write(&path, config_text(dir, &addr.to_string(), setup, plugins))
-            .expect("write config");
-        let child = Command::new(env!("CARGO_BIN_EXE_hub"))
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            config_text(storage, &addr.to_string(), setup, plugins),
+        )
+        .expect("write config");
+        let log: PathBuf = dir.join(format!("{name}.log"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hub"))
             .args(["--config", &path.display().to_string(), "serve"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("hub log file"))
             .spawn()
             .expect("start hub serve");
         let base = format!("http://{addr}");
         let http = reqwest::Client::new();
         let started = Instant::now();
         while http.get(format!("{base}/healthz")).send().await.is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "hub serve did not start"
-            );
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "hub serve did not start ({}):\n{}",
+                    exited.map_or("no answer in 30 s".to_owned(), |s| s.to_string()),
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let (path, token) = provision(&base, integrator).await;
         ServedHub {
             child,
             addr,
             base,
-            path,
-            token,
+            path: String::new(),
+            token: String::new(),
         }
+    }
+
+    /// Creates the agent and the channel through this hub.
+    async fn provision(&mut self, integrator: SocketAddr) {
+        (self.path, self.token) = provision(&self.base, integrator).await;
     }
 
     fn stop(&mut self) {
@@ -392,13 +610,31 @@ impl Run {
         let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
         self.latencies[i]
     }
+    /// Runs that went on at the same time, as one: their requests together
+    /// over the longest of their durations.
+    fn merge(runs: Vec<Run>) -> Run {
+        let mut latencies: Vec<Duration> = runs
+            .iter()
+            .flat_map(|r| r.latencies.iter().copied())
+            .collect();
+        latencies.sort();
+        Run {
+            count: latencies.len(),
+            errors: runs.iter().map(|r| r.errors).sum(),
+            elapsed: runs.iter().map(|r| r.elapsed).max().unwrap_or_default(),
+            latencies,
+        }
+    }
     /// One line; with `base`, the throughput as a share of it.
     fn print(&self, name: &str, base: Option<&Run>) {
+        println!("{}", self.line(name, base));
+    }
+    fn line(&self, name: &str, base: Option<&Run>) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let share = base
             .map(|b| format!("  = {:.1} % of hello-world", 100.0 * self.rps() / b.rps()))
             .unwrap_or_default();
-        println!(
+        format!(
             "{name:<34} {:>8.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms  p999 {:>6.2} ms  ({} ok, {} errors){share}",
             self.rps(),
             ms(self.pct(0.50)),
@@ -406,7 +642,7 @@ impl Run {
             ms(self.pct(0.999)),
             self.count,
             self.errors
-        );
+        )
     }
 }
 
@@ -538,7 +774,9 @@ async fn start_hub(
     plugins: &Path,
 ) -> (hub::app::Running, String, String) {
     let path = dir.join("hub.toml");
-    std::fs::write(&path, config_text(dir, "127.0.0.1:0", setup, plugins)).expect("write config");
+    let storage = format!("sqlite://{}", dir.join("bench.db").display());
+    std::fs::write(&path, config_text(&storage, "127.0.0.1:0", setup, plugins))
+        .expect("write config");
     let config = hub::config::Config::load_with(&path, &hub::config::Env::empty()).expect("config");
     let running = hub::app::start(config).await.expect("start hub");
     let (path, token) = provision(running.base_url(), integrator).await;
@@ -564,18 +802,57 @@ async fn provision(base: &str, integrator: SocketAddr) -> (String, String) {
     (path, token)
 }
 
-/// Sends `n` agent replies spread over the open chats and waits until all are delivered.
+/// What an agent-message run delivered.
+struct Delivered {
+    /// Replies the hub accepted and the integrator received.
+    delivered: usize,
+    /// Replies the hub refused or that failed.
+    failed: usize,
+    elapsed: Duration,
+}
+
+impl Delivered {
+    fn rate(&self) -> f64 {
+        self.delivered as f64 / self.elapsed.as_secs_f64()
+    }
+    /// The black-box line; with `base` and `sqlite` (deliveries/s), the
+    /// ratios to them.
+    fn print(&self, base: Option<&Run>, sqlite: Option<f64>) {
+        let mut line = format!(
+            "  agent messages end to end: {:.0} deliveries/s ({} replies",
+            self.rate(),
+            self.delivered
+        );
+        if self.failed > 0 {
+            line += &format!(", {} failed", self.failed);
+        }
+        line += ")";
+        if let Some(base) = base {
+            line += &format!(
+                "  = {:.1} % of hello-world",
+                100.0 * self.rate() / base.rps()
+            );
+        }
+        if let Some(sqlite) = sqlite {
+            line += &format!(", {:.2}× SQLite", self.rate() / sqlite);
+        }
+        println!("{line}");
+    }
+}
+
+/// Sends `n` agent replies spread over the open chats, the connections
+/// spread over `bases` (hubs on one database), and waits until every reply
+/// the hubs accepted is delivered.
 async fn deliveries(
-    base: &str,
+    bases: &[String],
     token: &str,
     n: usize,
     conns: usize,
     received: &AtomicUsize,
-) -> (f64, Duration) {
+) -> Delivered {
     let http = reqwest::Client::new();
-    let base = base.to_owned();
     let chats: Value = http
-        .get(format!("{base}/agent/v1/chats"))
+        .get(format!("{}/agent/v1/chats", bases[0]))
         .bearer_auth(token)
         .send()
         .await
@@ -593,36 +870,58 @@ async fn deliveries(
     let before = received.load(Ordering::Relaxed);
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..conns {
+    for c in 0..conns {
         let (http, base, token, ids, next) = (
             http.clone(),
-            base.clone(),
+            bases[c % bases.len()].clone(),
             token.to_owned(),
             ids.clone(),
             next.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            let mut accepted = 0;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
                     break;
                 }
                 let chat = ids[i % ids.len()];
-                let _ = http
+                let sent = http
                     .post(format!("{base}/agent/v1/chats/{chat}/messages"))
                     .bearer_auth(&token)
                     .json(&json!({ "type": "text", "text": "Premium is 10 a month." }))
                     .send()
                     .await;
+                if sent.is_ok_and(|r| r.status().is_success()) {
+                    accepted += 1;
+                }
             }
+            accepted
         }));
     }
+    let mut accepted = 0;
     for t in tasks {
-        let _ = t.await;
+        accepted += t.await.unwrap_or(0);
     }
-    while received.load(Ordering::Relaxed) < before + n {
+    // A reply accepted is delivered; a minute without progress is a hang.
+    let mut last = (received.load(Ordering::Relaxed), Instant::now());
+    while received.load(Ordering::Relaxed) < before + accepted {
         tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = received.load(Ordering::Relaxed);
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(60) {
+            eprintln!(
+                "deliveries: {} of {accepted} arrived, none for 60 s",
+                now - before
+            );
+            break;
+        }
     }
     let elapsed = start.elapsed();
-    (n as f64 / elapsed.as_secs_f64(), elapsed)
+    Delivered {
+        delivered: (received.load(Ordering::Relaxed) - before).min(accepted),
+        failed: n - accepted,
+        elapsed,
+    }
 }
