@@ -347,6 +347,20 @@ async fn while_postgresql_is_down_requests_get_503_and_the_hub_recovers_by_itsel
     let (status, body) = agent.get("/agent/v1/chats").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    // A load balancer asking `/readyz` takes the instance out meanwhile;
+    // `/healthz` (alive) stays 200.
+    let ready = http
+        .get(format!("{}/readyz", hub.base))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503);
+    let alive = http
+        .get(format!("{}/healthz", hub.base))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(alive.status(), 200);
     assert_alive(&mut hub);
 
     let started = tokio::task::block_in_place(|| cluster.start());
@@ -374,6 +388,12 @@ async fn while_postgresql_is_down_requests_get_503_and_the_hub_recovers_by_itsel
         back.elapsed()
     );
     assert_alive(&mut hub);
+    let ready = http
+        .get(format!("{}/readyz", hub.base))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 200, "ready again once the database is back");
     let texts = stored_texts(&agent).await;
     for text in ["before 1", "before 2", "after"] {
         assert!(texts.contains(text), "`{text}` is not stored: {texts}");

@@ -264,7 +264,21 @@ const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 /// Serving, and whether everything configured is in force: plugins that
 /// are not required and did not load make the hub `degraded` (still 200: it
 /// serves, and their routes act per `on_error`).
-fn readiness(app: &App) -> Resp {
+async fn readiness(app: &App) -> Resp {
+    // Not ready while stopping (a load balancer moves traffic away) or
+    // while the database does not answer (every write would be a 503).
+    if *app.shutdown.borrow() {
+        return crate::http::respond::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "status": "draining" }),
+        );
+    }
+    if !app.store.ping(std::time::Duration::from_secs(2)).await {
+        return crate::http::respond::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "status": "unavailable", "reason": "the database does not answer" }),
+        );
+    }
     let wiring = app.wiring.current();
     let body = if wiring.unavailable.is_empty() {
         serde_json::json!({ "status": "ready" })
@@ -289,7 +303,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
             _ => method_not_allowed(),
         },
         ["readyz"] => match *req.method() {
-            Method::GET | Method::HEAD => readiness(app),
+            Method::GET | Method::HEAD => readiness(app).await,
             _ => method_not_allowed(),
         },
         ["openapi.json"] => match *req.method() {

@@ -369,6 +369,12 @@ impl Store {
         Ok(store)
     }
 
+    /// Whether the database answers a trivial query within `timeout`.
+    pub async fn ping(&self, timeout: Duration) -> bool {
+        let query = sqlx::query("SELECT 1").execute(&self.pool);
+        matches!(tokio::time::timeout(timeout, query).await, Ok(Ok(_)))
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
