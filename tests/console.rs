@@ -341,22 +341,18 @@ async fn an_admin_agent_uses_the_admin_api_with_its_session() {
         .call(Method::GET, "/admin/v1/agents", None, false)
         .await;
     assert_eq!(status, 200, "{v}");
+    let shop = json!({ "name": "shop", "customer_endpoint": "http://127.0.0.1:9/x" });
     let (status, _) = browser
         .call(
             Method::POST,
             "/admin/v1/channels",
-            Some(json!({ "name": "shop", "customer_endpoint": "http://127.0.0.1:9/x" })),
+            Some(shop.clone()),
             false,
         )
         .await;
     assert_eq!(status, 403, "an admin change without the CSRF token");
     let (status, ch) = browser
-        .call(
-            Method::POST,
-            "/admin/v1/channels",
-            Some(json!({ "name": "shop", "customer_endpoint": "http://127.0.0.1:9/x" })),
-            true,
-        )
+        .call(Method::POST, "/admin/v1/channels", Some(shop), true)
         .await;
     assert_eq!(status, 201, "{ch}");
 
@@ -390,15 +386,7 @@ async fn an_admin_agent_uses_the_admin_api_with_its_session() {
         )
         .await;
     assert_eq!(status, 404);
-    let channel = crate::support::TestChannel {
-        public_id: ch["public_id"].as_str().expect("public_id").to_owned(),
-        endpoint_url: ch["endpoint_url"]
-            .as_str()
-            .expect("endpoint_url")
-            .to_owned(),
-        status_url: ch["status_url"].as_str().expect("status_url").to_owned(),
-        raw: ch.clone(),
-    };
+    let channel = crate::support::TestChannel::from_view(ch.clone());
     hub.say(&channel, json!("c-9"), "for bob").await;
     eventually(Duration::from_secs(10), "Bob to see the chat", || async {
         (!bob.chats().await.is_empty()).then_some(())

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    HubOptions, Integrator, TestAgent, TestHub, eventually, on_postgres, storage_url,
+    HubOptions, Integrator, TestAgent, TestHub, eventually, skip_without_postgres, storage_url,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -28,8 +28,7 @@ fn via(agent: &TestAgent, hub: &TestHub) -> TestAgent {
 
 #[tokio::test]
 async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_delivery() {
-    if !on_postgres() {
-        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
         return;
     }
     let integrator = Integrator::start().await;
@@ -42,11 +41,7 @@ async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_deliv
     let mut stream = ann.stream().await;
 
     // The channel made through A takes messages at B at once.
-    let on_b = crate::support::TestChannel {
-        endpoint_url: ch.endpoint_url.replace(&a.base, &b.base),
-        status_url: ch.status_url.replace(&a.base, &b.base),
-        ..ch.clone()
-    };
+    let on_b = ch.via(&a.base, &b.base);
     b.say(&on_b, json!("c-1"), "posted to B").await;
     let data = stream.expect("chat.message", WAIT).await;
     assert_eq!(
@@ -94,8 +89,7 @@ const LEASE_MS: u64 = 2_500;
 #[tokio::test]
 async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_lease_once_and_in_order()
  {
-    if !on_postgres() {
-        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
         return;
     }
     use crate::support::{HubProcess, Reply, write_config};
@@ -252,8 +246,7 @@ async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_
 
 #[tokio::test]
 async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
-    if !on_postgres() {
-        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
         return;
     }
     let provider = Integrator::start().await;
@@ -274,11 +267,7 @@ async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
         )
         .await;
     assert_eq!(status, 201, "{bot}");
-    let on_b = crate::support::TestChannel {
-        endpoint_url: ch.endpoint_url.replace(&a.base, &b.base),
-        status_url: ch.status_url.replace(&a.base, &b.base),
-        ..ch.clone()
-    };
+    let on_b = ch.via(&a.base, &b.base);
     // The announcement reaches B within moments; a customer of B's then
     // starts with the bot.
     // Only a chat that starts after B reloaded goes to the bot: each try is
@@ -304,8 +293,7 @@ async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
 
 #[tokio::test]
 async fn two_instances_started_at_the_same_moment_on_an_empty_database_both_come_up() {
-    if !on_postgres() {
-        eprintln!("skipped: several instances need PostgreSQL (scripts/with-postgres.sh)");
+    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
         return;
     }
     use crate::support::{HubProcess, write_config};
@@ -346,8 +334,7 @@ async fn two_instances_started_at_the_same_moment_on_an_empty_database_both_come
 
 #[tokio::test]
 async fn a_bot_made_on_the_command_line_reaches_a_running_instance_at_once() {
-    if !on_postgres() {
-        eprintln!("skipped: the running hub hears of the change through PostgreSQL");
+    if skip_without_postgres("the running hub hears of the change through PostgreSQL") {
         return;
     }
     let provider = Integrator::start().await;

@@ -93,6 +93,16 @@ pub fn on_postgres() -> bool {
     postgres_server().is_some()
 }
 
+/// Prints why a test needs PostgreSQL and returns `true` on SQLite:
+/// `if skip_without_postgres("…") { return; }`.
+pub fn skip_without_postgres(why: &str) -> bool {
+    if !on_postgres() {
+        eprintln!("skipped without PostgreSQL: {why}");
+        return true;
+    }
+    false
+}
+
 /// Prints why a test does nothing on PostgreSQL and returns `true` there:
 /// `if skip_on_postgres("…") { return; }`.
 pub fn skip_on_postgres(why: &str) -> bool {
@@ -362,12 +372,7 @@ impl TestHub {
             .await;
         assert_eq!(resp.status(), 201, "channel creation");
         let v: Value = resp.json().await.expect("channel json");
-        TestChannel {
-            public_id: v["public_id"].as_str().expect("public_id").to_owned(),
-            endpoint_url: v["endpoint_url"].as_str().expect("endpoint_url").to_owned(),
-            status_url: v["status_url"].as_str().expect("status_url").to_owned(),
-            raw: v,
-        }
+        TestChannel::from_view(v)
     }
 
     /// Posts a customer message body as-is (a JSON value) to the channel.
@@ -402,6 +407,28 @@ pub struct TestChannel {
     pub endpoint_url: String,
     pub status_url: String,
     pub raw: Value,
+}
+
+impl TestChannel {
+    /// The channel as the admin API answered it.
+    pub fn from_view(v: Value) -> TestChannel {
+        TestChannel {
+            public_id: v["public_id"].as_str().expect("public_id").to_owned(),
+            endpoint_url: v["endpoint_url"].as_str().expect("endpoint_url").to_owned(),
+            status_url: v["status_url"].as_str().expect("status_url").to_owned(),
+            raw: v,
+        }
+    }
+
+    /// The same channel reached through another hub instance at `base`
+    /// (its URLs start with `from`, the instance that made it).
+    pub fn via(&self, from: &str, base: &str) -> TestChannel {
+        TestChannel {
+            endpoint_url: self.endpoint_url.replace(from, base),
+            status_url: self.status_url.replace(from, base),
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Clone)]

@@ -183,10 +183,6 @@ impl SignIns {
         }
     }
 
-    pub fn limits(&self) -> SignInLimits {
-        self.limits
-    }
-
     fn keys(email: &str, ip: Option<IpAddr>) -> Vec<Key> {
         let mut keys = vec![Key::Account(email.trim().to_lowercase())];
         keys.extend(ip.map(Key::Address));
