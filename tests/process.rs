@@ -1048,3 +1048,42 @@ async fn hub_check_with_an_unreachable_postgresql_names_the_database_host_and_po
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line_with_the_event_channel_and_chat() {
+    let integrator = Integrator::start().await;
+    let (_dir, config) = setup(&HubOptions {
+        extra_toml: "[log]\nformat = \"json\"\n".into(),
+        ..HubOptions::default()
+    });
+    let mut hub = serve(&config).await;
+    let (agent, chat_id, _ch) = open_chat(&hub.base, &integrator.url).await;
+    agent.reply(chat_id, "hi\nthere").await;
+    integrator.wait_for(1, WAIT).await;
+    let delivered = eventually(WAIT, "the delivery's log line", || {
+        let log = hub.log();
+        async move {
+            log.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|r| r["fields"]["message"] == "delivered")
+        }
+    })
+    .await;
+    hub.kill();
+    for line in hub.log().lines() {
+        let record: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        assert!(
+            record["level"].is_string() && record["timestamp"].is_string(),
+            "{line}"
+        );
+    }
+    let span = &delivered["span"];
+    assert_eq!(span["name"], "delivery", "{delivered}");
+    assert_eq!(span["chat"], chat_id, "{delivered}");
+    assert!(span["channel"].as_i64().is_some(), "{delivered}");
+    assert!(
+        span["event"].as_str().is_some_and(|e| !e.is_empty()),
+        "{delivered}"
+    );
+}

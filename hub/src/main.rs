@@ -252,10 +252,6 @@ enum AgentCommand {
 fn main() -> std::process::ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
-    // `hub plugin test` makes a new scratch database each time: its
-    // migrations would bury the plugin's own log lines.
-    let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
-    init_tracing(scratch);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -289,22 +285,45 @@ fn quiet_library_backtraces() {
     }
 }
 
-fn init_tracing(quiet_store: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        let store = if quiet_store { ",hub::store=warn" } else { "" };
-        tracing_subscriber::EnvFilter::new(format!("info,{}{store}", hub::store::QUIET_DRIVER_LOGS))
-    });
-    tracing_subscriber::fmt()
+/// Starts the log as `[log]` asks (`RUST_LOG` overrides its level). Until
+/// then nothing logs: a configuration error is the command's error.
+fn init_tracing(log: &hub::config::LogConfig, file: &Path, quiet_store: bool) -> Result<()> {
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(_) => {
+            let level = log.level.as_deref().unwrap_or("info");
+            // `hub plugin test` makes a new scratch database each time: its
+            // migrations would bury the plugin's own log lines.
+            let store = if quiet_store { ",hub::store=warn" } else { "" };
+            tracing_subscriber::EnvFilter::try_new(format!(
+                "{level},{}{store}",
+                hub::store::QUIET_DRIVER_LOGS
+            ))
+            .with_context(|| format!("{}: [log] level = {level:?}", file.display()))?
+        }
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match log.format {
+        hub::config::LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        // The spans' fields are where the event id, channel and chat are:
+        // every enclosing span is listed, not only the innermost one.
+        hub::config::LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
+    Ok(())
 }
 
 async fn run(cli: Cli) -> Result<()> {
     if let Command::Plugin(PluginCommand::New { name, dir }) = &cli.command {
+        init_tracing(&hub::config::LogConfig::default(), &cli.config, false)?;
         return plugin_new(name, dir.as_deref());
     }
+    let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
     // A plugin file can be tried where there is no hub.toml at all.
     let config = match &cli.command {
         Command::Plugin(PluginCommand::Test(_)) if !cli.config.exists() => {
@@ -312,6 +331,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         _ => Config::load(&cli.config)?,
     };
+    init_tracing(&config.log, &cli.config, scratch)?;
     match cli.command {
         Command::Serve => serve(config).await,
         Command::Check => check(&cli.config, &config).await,

@@ -816,7 +816,14 @@ impl HubProcess {
         let sink = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("listening addr=") {
+                // `[log] format = "json"` writes the same record as an object.
+                if line.starts_with('{')
+                    && let Ok(record) = serde_json::from_str::<Value>(&line)
+                    && record["fields"]["message"] == "listening"
+                    && let Some(addr) = record["fields"]["addr"].as_str()
+                {
+                    let _ = tx.send(addr.to_owned());
+                } else if let Some(i) = line.find("listening addr=") {
                     let addr = line[i + "listening addr=".len()..]
                         .split_whitespace()
                         .next()

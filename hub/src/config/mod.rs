@@ -69,6 +69,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub outbound: OutboundConfig,
+    #[serde(default)]
+    pub log: LogConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
     #[serde(skip)]
@@ -192,6 +194,28 @@ pub struct GeoIpConfig {
     /// `session.geoip` stays empty.
     #[serde(default)]
     pub database: Option<PathBuf>,
+}
+
+/// `[log]`: how the hub writes its log (to standard error).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A `tracing` filter such as `"info"` or `"info,hub::delivery=debug"`;
+    /// `RUST_LOG`, when set, wins.
+    #[serde(default)]
+    pub level: Option<String>,
+}
+
+/// One line per record: words for a terminal, or a JSON object for a log
+/// collector, with the event id, channel and chat of the spans it ran in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// `[metrics]`: who may read `/metrics`.

@@ -185,6 +185,7 @@ impl Deliverer {
             id = %row.id,
             event = %row.event_id,
             kind = %row.kind,
+            channel = row.channel_id,
             chat = row.chat_id
         );
         async {
