@@ -196,6 +196,7 @@ impl Served {
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[storage]\nurl = \"sqlite://{}\"\n\
              [admin]\ntoken = \"{ADMIN}\"\n[runtime]\nmax_memory_mb = 256\n\n\
+             [limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n\n\
              [[destinations]]\nname = \"sink\"\nurl = \"http://127.0.0.1:9/sink\"\n\n\
              [[plugins]]\nname = \"hostile\"\npath = \"{}\"\n{}\n[plugins.config]\n{}\n\n\
              [[routes]]\nevents = [\"channel.customer_message\"]\nchannels = [\"hostile\"]\n\

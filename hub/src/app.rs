@@ -190,6 +190,7 @@ pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store,
 /// Starts the hub on a listener the caller bound (tests bind port 0 and
 /// know the address before the hub starts); `[server] listen` is not used.
 pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
+    crate::obs::mark_started();
     let store = open_store(&config.storage).await?;
     // A SQLite file has one hub: every lease left in it belongs to a process
     // that is gone. On PostgreSQL other instances may hold live leases; rows
@@ -295,6 +296,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     let app = Arc::new(App {
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
         sign_ins,
+        limits: crate::http::limits::Limits::new(&config.server, &config.limits),
         config: Arc::new(config),
         store: store.clone(),
         live,

@@ -70,6 +70,8 @@ pub struct Config {
     #[serde(default)]
     pub outbound: OutboundConfig,
     #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
     pub log: LogConfig,
     /// Directory of the file the configuration came from; relative paths in
     /// it (plugins, cache) are resolved against it.
@@ -128,6 +130,145 @@ pub struct ServerConfig {
     /// (widget rate limits, the visitor's recorded address).
     #[serde(default)]
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Connections open at once; past it a new connection is answered 503
+    /// and closed, so a flood cannot take every file descriptor.
+    #[serde(default = "default_max_open_connections")]
+    pub max_connections: usize,
+    /// Largest request head (request line and headers); larger ones get 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Most headers a request may carry; more get 431.
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
+}
+
+/// `[limits]`: request rates of the unauthenticated endpoints and failed
+/// credentials, per process. A rate of 0 turns that limit off.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Requests to one channel's endpoints, from all sources together.
+    #[serde(default = "default_channel_per_second")]
+    pub channel_per_second: f64,
+    #[serde(default = "default_channel_burst")]
+    pub channel_burst: u32,
+    /// Requests to one channel's endpoints from one source address. An
+    /// integrator sends all of a channel's customers from its server's
+    /// address, so this must stay well above a busy channel's rate.
+    #[serde(default = "default_source_per_second")]
+    pub channel_source_per_second: f64,
+    #[serde(default = "default_source_burst")]
+    pub channel_source_burst: u32,
+    /// Requests of one bot provider (`/webhooks/…`, `/providers/…`).
+    #[serde(default = "default_channel_per_second")]
+    pub bot_per_second: f64,
+    #[serde(default = "default_channel_burst")]
+    pub bot_burst: u32,
+    /// Requests of one bot provider from one source address.
+    #[serde(default = "default_source_per_second")]
+    pub bot_source_per_second: f64,
+    #[serde(default = "default_source_burst")]
+    pub bot_source_burst: u32,
+    /// Failed credentials (channel secret, admin or agent token, bot token)
+    /// from one source address that make it wait out the window (0: off).
+    #[serde(default = "default_auth_failures")]
+    pub auth_failures: u32,
+    #[serde(default = "default_auth_failure_window_secs")]
+    pub auth_failure_window_secs: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            channel_per_second: default_channel_per_second(),
+            channel_burst: default_channel_burst(),
+            channel_source_per_second: default_source_per_second(),
+            channel_source_burst: default_source_burst(),
+            bot_per_second: default_channel_per_second(),
+            bot_burst: default_channel_burst(),
+            bot_source_per_second: default_source_per_second(),
+            bot_source_burst: default_source_burst(),
+            auth_failures: default_auth_failures(),
+            auth_failure_window_secs: default_auth_failure_window_secs(),
+        }
+    }
+}
+
+fn default_max_open_connections() -> usize {
+    4096
+}
+fn default_max_header_bytes() -> usize {
+    32 * 1024
+}
+fn default_max_headers() -> usize {
+    100
+}
+fn default_channel_per_second() -> f64 {
+    1000.0
+}
+fn default_channel_burst() -> u32 {
+    2000
+}
+fn default_source_per_second() -> f64 {
+    500.0
+}
+fn default_source_burst() -> u32 {
+    1000
+}
+fn default_auth_failures() -> u32 {
+    20
+}
+fn default_auth_failure_window_secs() -> u64 {
+    60
+}
+
+impl LimitsConfig {
+    /// The checks of `[limits]`, each problem naming its key.
+    fn check(&self, problems: &mut Vec<String>) {
+        let rates = [
+            (
+                "channel_per_second",
+                self.channel_per_second,
+                "channel_burst",
+                self.channel_burst,
+            ),
+            (
+                "channel_source_per_second",
+                self.channel_source_per_second,
+                "channel_source_burst",
+                self.channel_source_burst,
+            ),
+            (
+                "bot_per_second",
+                self.bot_per_second,
+                "bot_burst",
+                self.bot_burst,
+            ),
+            (
+                "bot_source_per_second",
+                self.bot_source_per_second,
+                "bot_source_burst",
+                self.bot_source_burst,
+            ),
+        ];
+        for (rate_key, rate, burst_key, burst) in rates {
+            if !rate.is_finite() || rate < 0.0 {
+                problems.push(format!(
+                    "limits.{rate_key}: must be a number of requests per second, 0 for no limit"
+                ));
+            } else if rate > 0.0 && burst == 0 {
+                problems.push(format!(
+                    "limits.{burst_key}: must be at least 1 while limits.{rate_key} is on"
+                ));
+            }
+        }
+        if self.auth_failures > 0 && self.auth_failure_window_secs == 0 {
+            problems.push(
+                "limits.auth_failure_window_secs: must be positive while limits.auth_failures is on"
+                    .to_owned(),
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -378,6 +519,9 @@ impl Default for ServerConfig {
             header_timeout_ms: default_header_timeout_ms(),
             body_timeout_ms: default_body_timeout_ms(),
             trusted_proxies: Vec::new(),
+            max_connections: default_max_open_connections(),
+            max_header_bytes: default_max_header_bytes(),
+            max_headers: default_max_headers(),
         }
     }
 }
@@ -544,6 +688,16 @@ impl Config {
         if self.server.body_timeout_ms == 0 {
             problems.push("server.body_timeout_ms: must be positive".to_owned());
         }
+        if self.server.max_connections == 0 {
+            problems.push("server.max_connections: must be at least 1".to_owned());
+        }
+        if self.server.max_header_bytes < 1024 {
+            problems.push("server.max_header_bytes: must be at least 1024".to_owned());
+        }
+        if self.server.max_headers < 16 {
+            problems.push("server.max_headers: must be at least 16".to_owned());
+        }
+        self.limits.check(problems);
         if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres")) {
             problems.push(format!(
                 "{}: `{}` is neither sqlite://… nor postgres://…",
@@ -938,6 +1092,39 @@ mod tests {
         assert_eq!(c.storage.max_connections, 40);
         assert_eq!(c.storage.acquire_timeout(), Duration::from_secs(2));
         assert_eq!(c.storage.connect_timeout(), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn client_limits_default_on_and_bad_values_are_refused_naming_the_key() {
+        let c = Config::parse("", Path::new("hub.toml")).unwrap();
+        assert_eq!(c.server.max_connections, 4096);
+        assert_eq!(c.server.max_header_bytes, 32 * 1024);
+        assert!(c.limits.channel_source_per_second > 0.0 && c.limits.auth_failures > 0);
+        let off = "[limits]\nchannel_per_second = 0\nchannel_burst = 0\n";
+        assert!(
+            Config::parse(off, Path::new("hub.toml")).is_ok(),
+            "0 is off"
+        );
+        let text = "[server]\nmax_connections = 0\nmax_header_bytes = 100\nmax_headers = 2\n\
+                    [limits]\nbot_per_second = -1\nchannel_source_burst = 0\n\
+                    auth_failure_window_secs = 0\n";
+        let err = Config::parse(text, Path::new("hub.toml"))
+            .unwrap_err()
+            .to_string();
+        for key in [
+            "server.max_connections",
+            "server.max_header_bytes",
+            "server.max_headers",
+            "limits.bot_per_second",
+            "limits.channel_source_burst",
+            "limits.auth_failure_window_secs",
+        ] {
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        let err = Config::parse("[limits]\nchanel_burst = 1\n", Path::new("hub.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chanel_burst"), "{err}");
     }
 
     #[test]

@@ -120,7 +120,7 @@ async fn answer_after<D>(written: Written<D>, dones: Vec<oneshot::Sender<Result<
             }
         }
         Err(e) => {
-            let e = e.to_string();
+            let e = commit_failure(&CoreError::Store(e));
             for done in dones {
                 let _ = done.send(Err(CoreError::Store(StoreError::Commit(e.clone()))));
             }
@@ -128,8 +128,16 @@ async fn answer_after<D>(written: Written<D>, dones: Vec<oneshot::Sender<Result<
     }
 }
 
+/// Why a write failed, once: a commit's failure is not wrapped in another.
+fn commit_failure(error: &CoreError) -> String {
+    match error {
+        CoreError::Store(StoreError::Commit(why)) => why.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn answer_all<D>(dones: Vec<oneshot::Sender<Result<D, CoreError>>>, error: CoreError, what: &str) {
-    let text = error.to_string();
+    let text = commit_failure(&error);
     tracing::error!(error = %text, count = dones.len(), what, "not stored");
     for done in dones {
         let _ = done.send(Err(CoreError::Store(StoreError::Commit(text.clone()))));

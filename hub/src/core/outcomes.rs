@@ -186,6 +186,9 @@ impl Finisher for Conversations {
                 }
             };
             // Logged and counted once committed, so a retried finish counts once.
+            if chat.is_some() {
+                crate::obs::webhook_reply(integration.is_some());
+            }
             if let Some((_, read)) = &integration {
                 let event_name = row
                     .kind

@@ -17,6 +17,7 @@ use tracing::Instrument;
 pub use policy::Policies;
 
 use crate::clock::now_ms;
+use crate::obs::{self, DeliveryResult};
 use crate::outbound::signing::{self, Secret};
 use crate::outbound::{AnswerRule, Attempt, DeliveryId, HttpSender, Request};
 use crate::pipeline::wiring::WiringHandle;
@@ -204,7 +205,7 @@ impl Deliverer {
             match self.finisher.stage(row).await? {
                 Staged::Done(result) => {
                     tracing::info!(?result, "settled by plugins");
-                    return self.finisher.finish(row, &result).await;
+                    return self.settle(row, &result, result_of(&result)).await;
                 }
                 Staged::Send { body } => {
                     staged = Claimed {
@@ -220,7 +221,7 @@ impl Deliverer {
         };
         if row.target_url.is_empty() {
             let result = Final::NotSent("no receiver is configured".to_owned());
-            return self.finisher.finish(row, &result).await;
+            return self.settle(row, &result, DeliveryResult::NotSent).await;
         }
         if row.plugin_bot().is_some() {
             let result = self.finisher.answer_locally(row).await?;
@@ -228,7 +229,8 @@ impl Deliverer {
                 attempts: row.attempts + 1,
                 ..row.clone()
             };
-            return self.finisher.finish(&tried, &result).await;
+            obs::attempt(tried.attempts);
+            return self.settle(&tried, &result, result_of(&result)).await;
         }
         let wiring = self.wiring.current();
         let (policy, headers) = if let Some(name) = row.destination() {
@@ -237,7 +239,9 @@ impl Deliverer {
                 None => {
                     let reason = format!("`{name}` is no longer a configured destination");
                     tracing::warn!(%reason, "delivery failed for good");
-                    return self.finisher.finish(row, &Final::Failed(reason)).await;
+                    return self
+                        .settle(row, &Final::Failed(reason), DeliveryResult::Failed)
+                        .await;
                 }
             }
         } else {
@@ -251,7 +255,9 @@ impl Deliverer {
                 .clone()
                 .unwrap_or_else(|| "not delivered".to_owned());
             tracing::warn!(attempts = row.attempts, %reason, "delivery failed for good");
-            return self.finisher.finish(row, &Final::Failed(reason)).await;
+            return self
+                .settle(row, &Final::Failed(reason), DeliveryResult::Failed)
+                .await;
         }
         let started = now_ms();
         let attempt_no = row.attempts + 1;
@@ -281,6 +287,7 @@ impl Deliverer {
             }
             Err(reason) => Attempt::Transient(reason),
         };
+        obs::attempt(attempt_no);
         // A final result counts the attempt that ended it.
         let tried = Claimed {
             attempts: attempt_no,
@@ -290,13 +297,14 @@ impl Deliverer {
             Attempt::Delivered(answer) => {
                 tracing::info!(attempt = attempt_no, "delivered");
                 let answer = Some(String::from_utf8_lossy(&answer).into_owned());
-                self.finisher
-                    .finish(&tried, &Final::Delivered { answer })
+                let result = Final::Delivered { answer };
+                self.settle(&tried, &result, DeliveryResult::Delivered)
                     .await
             }
             Attempt::Rejected(reason) => {
                 tracing::warn!(attempt = attempt_no, %reason, "rejected by the receiver");
-                self.finisher.finish(&tried, &Final::Failed(reason)).await
+                self.settle(&tried, &Final::Failed(reason), DeliveryResult::Rejected)
+                    .await
             }
             Attempt::Transient(reason)
                 if attempt_no >= max
@@ -306,7 +314,8 @@ impl Deliverer {
                 // No message waits for this result (typing): waiting for the
                 // give-up time would only hold up the rest of the chat's queue.
                 tracing::warn!(attempt = attempt_no, %reason, "delivery failed for good");
-                self.finisher.finish(&tried, &Final::Failed(reason)).await
+                self.settle(&tried, &Final::Failed(reason), DeliveryResult::Failed)
+                    .await
             }
             Attempt::Transient(reason) => {
                 // Counted from the first attempt as recorded, so a restart
@@ -328,9 +337,47 @@ impl Deliverer {
                 tracing::info!(attempt = attempt_no, %reason, next_at, "attempt failed; will retry");
                 self.store
                     .reschedule_delivery(&row.id, attempt_no, retry, &reason)
-                    .await
+                    .await?;
+                // After its last attempt a row only waits for its give-up
+                // time: the failure is counted then, not a retry now.
+                if attempt_no < max {
+                    obs::delivery(metric_kind(row), DeliveryResult::Retry);
+                }
+                Ok(())
             }
         }
+    }
+
+    /// Records a final result; counted once the bookkeeping succeeded, since
+    /// a row whose bookkeeping failed is claimed and settled again.
+    async fn settle(
+        &self,
+        row: &Claimed,
+        result: &Final,
+        counted: DeliveryResult,
+    ) -> Result<(), StoreError> {
+        self.finisher.finish(row, result).await?;
+        obs::delivery(metric_kind(row), counted);
+        Ok(())
+    }
+}
+
+/// A final result as `/metrics` counts it (where no receiver's refusal is involved).
+fn result_of(result: &Final) -> DeliveryResult {
+    match result {
+        Final::Delivered { .. } => DeliveryResult::Delivered,
+        Final::Failed(_) => DeliveryResult::Failed,
+        Final::NotSent(_) => DeliveryResult::NotSent,
+    }
+}
+
+fn metric_kind(row: &Claimed) -> obs::DeliveryKind {
+    match row.row_kind() {
+        RowKind::ChannelMessage => obs::DeliveryKind::Channel,
+        RowKind::EventWebhook => obs::DeliveryKind::Webhook,
+        RowKind::CrmWebhook => obs::DeliveryKind::Crm,
+        RowKind::Forward => obs::DeliveryKind::Forward,
+        RowKind::Bot => obs::DeliveryKind::Bot,
     }
 }
 

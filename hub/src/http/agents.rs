@@ -110,13 +110,20 @@ async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp>
             )),
         };
     };
+    let source = session::bearer_source(app, req);
+    if let Some(blocked) = session::bearer_blocked(app, source) {
+        return Err(blocked);
+    }
     match app.store.agent_by_token_hash(&token_hash(token)).await {
         Ok(Some(agent)) => Ok(agent),
-        Ok(None) => Err(error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "unknown token",
-        )),
+        Ok(None) => {
+            session::bearer_failed(app, source);
+            Err(error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unknown token",
+            ))
+        }
         Err(e) => {
             tracing::error!(error = %e, "agent authentication failed");
             Err(unavailable())

@@ -11,8 +11,10 @@ use serde_json::{Value, json};
 
 use crate::core::Inbound;
 use crate::core::conversations::CoreError;
-use crate::http::App;
+use crate::http::limits;
+use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, error, json, parse_json, read_body};
+use crate::http::{App, client_ip};
 use crate::ids::constant_time_eq;
 
 /// Events a provider sends; the others are the hub's own (405 if posted to it).
@@ -52,12 +54,25 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
             "no bot provider at this address",
         );
     };
+    let source = limits::source(client_ip(&req, &app.config.server.trusted_proxies));
+    let guarded = limits::Door::Bot(provider_id);
+    // Before the comparison, so that guessing gets no answer at all.
+    if let Some(wait) = app.limits.auth_blocked(guarded, source) {
+        return Problem::too_many("too many wrong tokens from this address; retry later")
+            .answer_after(Dialect::Api, wait);
+    }
     if !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
+        app.limits.auth_failed(guarded, source);
         return refuse(
             StatusCode::UNAUTHORIZED,
             ErrorCode::InvalidClient,
             "the token does not match the bot",
         );
+    }
+    // Only the bot's own requests count, so nobody else can use up its rate.
+    if let Err(wait) = app.limits.bot(provider_id, source) {
+        return Problem::too_many("too many requests for this bot; slow down")
+            .answer_after(Dialect::Api, wait);
     }
     if req.method() != Method::POST {
         return refuse(
@@ -72,6 +87,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         if !app.conversations.provider_authorized(&bot, header).await {
+            app.limits.auth_failed(guarded, source);
             return refuse(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::UnauthorizedClient,
@@ -83,43 +99,9 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
         Ok(b) => b,
         Err(e) => return refuse(e.status(), ErrorCode::InvalidRequest, e.reason()),
     };
-    let payload: Value = match parse_json(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                format!("invalid JSON: {e}"),
-            );
-        }
-    };
-    match payload.get("event").and_then(Value::as_str) {
-        None => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                "`event` (a string) is required",
-            );
-        }
-        Some(name) if !FROM_PROVIDERS.contains(&name) => {
-            return refuse(
-                StatusCode::METHOD_NOT_ALLOWED,
-                ErrorCode::InvalidRequest,
-                format!("event `{name}` is not supported here"),
-            );
-        }
-        Some(_) => {}
-    }
-    let payload = with_timestamp(payload);
-    let event: BotEvent = match serde_json::from_value(payload.clone()) {
-        Ok(e) => e,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                e.to_string(),
-            );
-        }
+    let (event, payload) = match parse_event(&bytes) {
+        Ok(parsed) => parsed,
+        Err((status, reason)) => return refuse(status, ErrorCode::InvalidRequest, reason),
     };
     let done = app
         .conversations
@@ -133,6 +115,32 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
         Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
         Err(e) => core_refusal(e),
     }
+}
+
+/// Reads a provider's body: the event, and the payload as it is recorded
+/// (with a `timestamp` filled in), or the status and reason of the refusal.
+pub(crate) fn parse_event(bytes: &[u8]) -> Result<(BotEvent, Value), (StatusCode, String)> {
+    let payload: Value =
+        parse_json(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")))?;
+    match payload.get("event").and_then(Value::as_str) {
+        None => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "`event` (a string) is required".to_owned(),
+            ));
+        }
+        Some(name) if !FROM_PROVIDERS.contains(&name) => {
+            return Err((
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("event `{name}` is not supported here"),
+            ));
+        }
+        Some(_) => {}
+    }
+    let payload = with_timestamp(payload);
+    let event: BotEvent = serde_json::from_value(payload.clone())
+        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    Ok((event, payload))
 }
 
 /// A `message` without `timestamp` gets the time it arrived: the spec gives

@@ -1,17 +1,23 @@
 //! Server-Sent Events from the live broadcast: one task per open stream
 //! that says it is connected, keeps the connection alive, ends with the hub,
 //! and sends what its [`Frames`] makes of each live event (agents' streams,
-//! widget visitors' streams).
+//! widget visitors' streams), each counted while it is open.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::core::live::LiveEvent;
 use crate::http::App;
-use crate::http::respond::{Resp, event_stream};
+use crate::http::respond::{Body, Resp, event_stream};
+use crate::obs::{Edge, StreamGuard};
 
 /// A comment line now and then, so proxies keep the connection open.
 const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -83,4 +89,46 @@ pub fn open(app: &App, mut frames: impl Frames) -> Resp {
 /// `event: <name>` with `data` as one SSE frame.
 pub fn frame(name: &str, data: &serde_json::Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// `resp` counted in `hub_live_streams` under `edge` for as long as its body
+/// lives, when it is an event stream (others pass as they are). The body,
+/// not the stream's task, is what counts: hyper drops it as soon as the
+/// client goes, while the task notices only at its next frame.
+pub fn counted(resp: Resp, edge: Edge) -> Resp {
+    let is_stream = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"text/event-stream");
+    if !is_stream {
+        return resp;
+    }
+    let open = crate::obs::stream_opened(edge);
+    resp.map(|body| Counted { body, _open: open }.boxed())
+}
+
+/// An event stream's body with the guard that counts it.
+struct Counted {
+    body: Body,
+    _open: StreamGuard,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }

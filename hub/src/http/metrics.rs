@@ -1,21 +1,139 @@
-//! `/metrics` in the Prometheus text format: per-plugin calls, outcomes,
-//! errors by kind and time spent (with the phases of a call), log bytes and
-//! quota refusals; webhook reply fields that were skipped.
+//! `/metrics` in the Prometheus text format: the process (`hub_up`, build,
+//! start time), client connections, HTTP requests, events, deliveries, webhook replies and live
+//! streams as counted in `obs`; the outbox and the connection pool read at
+//! scrape time; per-plugin calls, outcomes, errors by kind and time spent
+//! (with the phases of a call), log bytes and quota refusals; webhook reply
+//! fields that were skipped.
 
 use std::fmt::Write;
 
 use http::StatusCode;
 
+use crate::clock::now_ms;
 use crate::http::App;
 use crate::http::respond::{Resp, full, with_type};
+use crate::obs::{escape, header};
 use crate::runtime::DURATION_BUCKETS_MICROS;
+use crate::store::outbox::{
+    POLICY_BOT, POLICY_CHANNEL, POLICY_TYPING, POLICY_WEBHOOK, POLICY_WEBHOOK_SYNC,
+};
+use crate::store::{OutboxDepth, PoolUse};
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub async fn handle(app: &App) -> Resp {
-    let mut text = render(app);
+    let mut text = String::new();
+    crate::obs::render(&mut text);
+    render_connections(&mut text, app);
+    render_pool(&mut text, app.store.pool_use());
+    render_outbox(&mut text, app).await;
+    text.push_str(&render(app));
     render_kv(&mut text, app).await;
     with_type(StatusCode::OK, CONTENT_TYPE, full(text))
+}
+
+/// Client connections: those never reach a route when refused, so the
+/// request counters cannot show them.
+fn render_connections(out: &mut String, app: &App) {
+    let connections = &app.limits.connections;
+    let open = "hub_http_connections_open";
+    header(
+        out,
+        open,
+        "gauge",
+        "Client connections open now (at most `[server] max_connections`).",
+    );
+    let _ = writeln!(out, "{open} {}", connections.open_now());
+    let refused = "hub_http_connections_refused_total";
+    header(
+        out,
+        refused,
+        "counter",
+        "Connections answered 503 and closed because `[server] max_connections` were open.",
+    );
+    let _ = writeln!(out, "{refused} {}", connections.refused());
+}
+
+fn render_pool(out: &mut String, pool: PoolUse) {
+    let name = "hub_db_connections";
+    header(
+        out,
+        name,
+        "gauge",
+        "This process's database pool: connections in use, idle, and the most it opens.",
+    );
+    for (state, n) in [
+        ("in_use", pool.in_use),
+        ("idle", pool.idle),
+        ("max", pool.max),
+    ] {
+        let _ = writeln!(out, "{name}{{state=\"{state}\"}} {n}");
+    }
+}
+
+/// What waits in the outbox and the dead letters, for the whole database
+/// (every instance on it). When the database does not answer, the families
+/// are left out rather than shown as zero.
+async fn render_outbox(out: &mut String, app: &App) {
+    let depth = match app.store.outbox_depth().await {
+        Ok(depth) => depth,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot measure the outbox");
+            return;
+        }
+    };
+    render_depth(out, &depth, now_ms());
+}
+
+fn render_depth(out: &mut String, depth: &OutboxDepth, now: i64) {
+    // The hub's own policies show at zero too, so an alert on one of them
+    // has a series to watch; destinations' (`dest:<name>`) only when used.
+    let mut rows: Vec<(&str, i64, i64)> = depth
+        .pending
+        .iter()
+        .map(|p| (p.policy.as_str(), p.rows, p.oldest_created_at))
+        .collect();
+    for policy in [
+        POLICY_CHANNEL,
+        POLICY_TYPING,
+        POLICY_WEBHOOK_SYNC,
+        POLICY_WEBHOOK,
+        POLICY_BOT,
+    ] {
+        if !rows.iter().any(|(p, ..)| *p == policy) {
+            rows.push((policy, 0, now));
+        }
+    }
+    rows.sort_unstable();
+    let pending = "hub_outbox_pending";
+    header(
+        out,
+        pending,
+        "gauge",
+        "Outbox rows waiting to be delivered, by retry policy (all instances).",
+    );
+    for (policy, n, _) in &rows {
+        let _ = writeln!(out, "{pending}{{policy=\"{}\"}} {n}", escape(policy));
+    }
+    let oldest = "hub_outbox_oldest_pending_seconds";
+    header(
+        out,
+        oldest,
+        "gauge",
+        "Age of the oldest waiting outbox row, by retry policy (all instances).",
+    );
+    for (policy, _, oldest_at) in &rows {
+        let age = (now - oldest_at).max(0) as f64 / 1e3;
+        let _ = writeln!(out, "{oldest}{{policy=\"{}\"}} {age}", escape(policy));
+    }
+    let dead = "hub_dead_letters";
+    header(
+        out,
+        dead,
+        "gauge",
+        "Outbox rows that failed for good and wait for a replay (all instances).",
+    );
+    let _ = writeln!(out, "{dead} {}", depth.dead_letters);
 }
 
 /// What each plugin with a key-value namespace keeps, read at scrape time.
@@ -199,17 +317,56 @@ fn render_reply_skips(out: &mut String, counts: &[((String, &'static str), u64)]
     }
 }
 
-fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::webhooks::reply::SkippedCounts;
+    use crate::store::PendingRows;
+
+    #[test]
+    fn the_outbox_shows_each_policy_with_its_oldest_row_and_the_dead_letters() {
+        let depth = OutboxDepth {
+            pending: vec![
+                PendingRows {
+                    policy: "channel".to_owned(),
+                    rows: 3,
+                    oldest_created_at: 10_000,
+                },
+                PendingRows {
+                    policy: "dest:crm".to_owned(),
+                    rows: 1,
+                    oldest_created_at: 11_500,
+                },
+            ],
+            dead_letters: 2,
+        };
+        let mut out = String::new();
+        render_depth(&mut out, &depth, 12_000);
+        assert!(out.contains("# TYPE hub_outbox_pending gauge\n"));
+        assert!(out.contains("hub_outbox_pending{policy=\"channel\"} 3\n"));
+        assert!(out.contains("hub_outbox_pending{policy=\"dest:crm\"} 1\n"));
+        assert!(out.contains("hub_outbox_oldest_pending_seconds{policy=\"channel\"} 2\n"));
+        assert!(out.contains("hub_outbox_oldest_pending_seconds{policy=\"dest:crm\"} 0.5\n"));
+        assert!(out.contains("hub_dead_letters 2\n"));
+        assert!(out.contains("hub_outbox_pending{policy=\"webhook\"} 0\n"));
+        assert!(out.contains("hub_outbox_oldest_pending_seconds{policy=\"webhook\"} 0\n"));
+    }
+
+    #[test]
+    fn pool_use_is_one_gauge_by_state() {
+        let mut out = String::new();
+        render_pool(
+            &mut out,
+            PoolUse {
+                in_use: 1,
+                idle: 2,
+                max: 4,
+            },
+        );
+        assert!(out.contains("hub_db_connections{state=\"in_use\"} 1\n"));
+        assert!(out.contains("hub_db_connections{state=\"idle\"} 2\n"));
+        assert!(out.contains("hub_db_connections{state=\"max\"} 4\n"));
+    }
 
     #[test]
     fn skipped_reply_fields_are_counted_by_event_and_field() {

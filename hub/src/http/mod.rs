@@ -1,6 +1,7 @@
-//! The HTTP server: accepts connections, routes each request to its edge,
-//! bounds how long a client may take to send a request, and drains
-//! connections on shutdown.
+//! The HTTP server: accepts connections up to `server.max_connections`,
+//! routes each request to its edge, bounds a request head's size and how
+//! long a client may take to send a request, and drains connections on
+//! shutdown.
 
 pub mod admin;
 pub mod agents;
@@ -32,7 +33,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
@@ -74,12 +75,17 @@ pub async fn serve(
     grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
+    let builder = connection_builder(&app.config.server);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Held for as long as the connection is open.
+                    let Some(slot) = app.limits.connections.open() else {
+                        refuse_connection(stream, &app.limits.connections);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    let header_timeout = app.config.server.header_timeout();
                     let app = app.clone();
                     let service = service_fn(move |mut req: Request<Incoming>| {
                         let app = app.clone();
@@ -98,21 +104,22 @@ pub async fn serve(
                         }
                     });
                     let (socket, returned) = Socket::new(stream);
-                    let conn = http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(header_timeout)
-                        .serve_connection(TokioIo::new(socket), service);
+                    let conn = builder.serve_connection(TokioIo::new(socket), service);
                     let conn = graceful.watch(conn);
                     tokio::spawn(async move {
+                        let _slot = slot;
                         // `conn` (and with it the socket) is dropped once this await ends.
-                        let Err(e) = conn.await else { return };
-                        if e.is_timeout()
-                            && let Ok((stream, head_started)) = returned.await
-                            && head_started
-                        {
-                            answer_header_timeout(stream).await;
-                        } else {
-                            tracing::debug!(error = %e, "connection ended with an error");
+                        let ended = conn.await;
+                        let Ok((stream, head_started)) = returned.await else { return };
+                        match ended {
+                            Err(e) if e.is_timeout() && head_started => {
+                                answer_header_timeout(stream).await;
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                                close_gently(stream, LINGER).await;
+                            }
+                            Ok(()) => close_gently(stream, LINGER).await,
                         }
                     });
                 }
@@ -141,21 +148,96 @@ const HEADER_TIMEOUT_REASON: &str = "request headers did not arrive in time\n";
 /// Answers a header read timeout with 408, then closes. hyper only closes the
 /// connection on this timeout, without an answer; the socket comes back to
 /// the connection task for this (see [`Socket`]).
-async fn answer_header_timeout(mut stream: TcpStream) {
+async fn answer_header_timeout(stream: TcpStream) {
+    answer_and_close(stream, "408 Request Timeout", "", HEADER_TIMEOUT_REASON).await;
+}
+
+/// What a connection refused at `server.max_connections` reads.
+const BUSY_REASON: &str = "too many connections are open; retry shortly\n";
+
+/// Counts a connection over `server.max_connections` and answers it 503 with
+/// `Retry-After` on a task of its own; while many refusals are being
+/// answered already it is closed at once instead, so that a flood of
+/// connections costs little more than accepting them.
+fn refuse_connection(stream: TcpStream, connections: &crate::http::limits::Connections) {
+    let Some(turn) = connections.refuse() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _turn = turn;
+        answer_and_close(
+            stream,
+            "503 Service Unavailable",
+            "retry-after: 1\r\n",
+            BUSY_REASON,
+        )
+        .await;
+    });
+}
+
+/// Writes a whole `text/plain` answer without hyper, then closes gently.
+async fn answer_and_close(
+    mut stream: TcpStream,
+    status: &'static str,
+    headers: &str,
+    reason: &str,
+) {
     let answer = format!(
-        "HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\
-         content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{HEADER_TIMEOUT_REASON}",
-        HEADER_TIMEOUT_REASON.len()
+        "HTTP/1.1 {status}\r\nconnection: close\r\n{headers}\
+         content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{reason}",
+        reason.len()
     );
     // Bounded, as a client that stopped sending may well have stopped reading.
-    let answered = tokio::time::timeout(Duration::from_secs(1), async {
-        stream.write_all(answer.as_bytes()).await?;
-        stream.shutdown().await
+    let written =
+        tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
+    if !matches!(written, Ok(Ok(()))) {
+        tracing::debug!(status, "could not answer before closing");
+        return;
+    }
+    close_gently(stream, LINGER).await;
+}
+
+/// How long a closing connection is still read from, and how much at most.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 256 * 1024;
+
+/// Closes a connection so that its client gets to read the last answer:
+/// the write side first, then whatever the client still sends (the rest of
+/// a body refused with 413, a request it sent before it read a 503) is read
+/// and dropped for a moment. A socket closed with unread bytes is reset by
+/// the kernel, and a reset can destroy the answer before the client read it.
+async fn close_gently(mut stream: TcpStream, linger: Duration) {
+    // Fails when hyper shut the write side already, which is just as good.
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(linger, async {
+        let mut buf = [0u8; 8192];
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
     })
     .await;
-    if !matches!(answered, Ok(Ok(()))) {
-        tracing::debug!("could not answer a header read timeout");
+}
+
+/// How many headers hyper keeps on the stack; another count costs an
+/// allocation per request, so it is only set when it differs.
+const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
+
+/// hyper's settings for every connection: the header read timeout and the
+/// limits of a request head, past which hyper answers 431 and closes.
+fn connection_builder(server: &crate::config::ServerConfig) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(server.header_timeout())
+        .max_header_size(server.max_header_bytes);
+    if server.max_headers != HYPER_DEFAULT_MAX_HEADERS {
+        builder.max_headers(server.max_headers);
     }
+    builder
 }
 
 /// A connection's socket as hyper reads and writes it. When hyper lets go of
@@ -279,6 +361,14 @@ async fn readiness(app: &App) -> Resp {
             &serde_json::json!({ "status": "unavailable", "reason": "the database does not answer" }),
         );
     }
+    // The database answers reads, yet cannot store anything (a full disk):
+    // every message would be refused with 503 until a commit succeeds.
+    if let Some(reason) = app.store.write_failure() {
+        return crate::http::respond::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "status": "unavailable", "reason": format!("writes fail: {reason}") }),
+        );
+    }
     let wiring = app.wiring.current();
     let body = if wiring.unavailable.is_empty() {
         serde_json::json!({ "status": "ready" })
@@ -293,11 +383,40 @@ async fn readiness(app: &App) -> Resp {
     crate::http::respond::json(StatusCode::OK, &body)
 }
 
-/// Sends a request to the edge that owns its path.
+/// Sends a request to the edge that owns its path, and counts it by edge
+/// and status (`/metrics`); an event stream is counted as open until its
+/// body is dropped.
 pub async fn route(app: &App, req: Request<Incoming>) -> Resp {
+    let started = std::time::Instant::now();
     let path = req.uri().path().to_owned();
     let parts = segments(&path);
-    match parts.as_slice() {
+    let edge = edge_of(&parts);
+    let resp = dispatch(app, req, &parts).await;
+    crate::obs::http_request(edge, resp.status().as_u16(), started.elapsed());
+    live_stream::counted(resp, edge)
+}
+
+/// The edge a path belongs to, by the same patterns as [`dispatch`], in
+/// the same order.
+fn edge_of(parts: &[&str]) -> crate::obs::Edge {
+    use crate::obs::Edge;
+    match parts {
+        ["healthz"] | ["readyz"] => Edge::Health,
+        ["metrics"] => Edge::Metrics,
+        ["admin", "v1", ..] => Edge::Admin,
+        ["console", ..] => Edge::Console,
+        ["agent", "v1", ..] => Edge::Agent,
+        ["widget", "v1", ..] | ["widget", _] | ["script", "widget", _] | ["demo", _] => {
+            Edge::Widget
+        }
+        ["webhooks", ..] | ["providers", ..] => Edge::Bots,
+        [_, _] | [_, _, "status"] => Edge::Channel,
+        _ => Edge::Other,
+    }
+}
+
+async fn dispatch(app: &App, req: Request<Incoming>, parts: &[&str]) -> Resp {
+    match parts {
         ["healthz"] => match *req.method() {
             Method::GET | Method::HEAD => text(StatusCode::OK, "ok"),
             _ => method_not_allowed(),

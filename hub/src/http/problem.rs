@@ -4,7 +4,10 @@
 //! `{"result":"fail","error"}`. Edges turn what went wrong into a [`Problem`]
 //! and answer it in their [`Dialect`].
 
-use http::StatusCode;
+use std::time::Duration;
+
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
 use crate::core::conversations::CoreError;
@@ -77,6 +80,17 @@ impl Problem {
         }
     }
 
+    /// 429: the client is over a rate limit or failed its credentials too
+    /// often; [`Problem::answer_after`] says when to come back.
+    pub fn too_many(message: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
+    }
+
+    /// The answer in `dialect` with `Retry-After` (see [`retry_after`]).
+    pub fn answer_after(self, dialect: Dialect, wait: Duration) -> Resp {
+        retry_after(self.answer(dialect), wait)
+    }
+
     /// The answer in `dialect`.
     pub fn answer(self, dialect: Dialect) -> Resp {
         match dialect {
@@ -88,6 +102,15 @@ impl Problem {
             ),
         }
     }
+}
+
+/// `resp` with `Retry-After`: `wait` in whole seconds, rounded up and at
+/// least 1, so a client that waits as told gets in.
+pub fn retry_after(mut resp: Resp, wait: Duration) -> Resp {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    resp
 }
 
 #[cfg(test)]
@@ -128,6 +151,32 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&widget).ok(),
             Some(json!({"result":"fail","error":"message.text must not be empty"}))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rate_limit_says_when_to_come_back_in_whole_seconds() {
+        let resp = Problem::too_many("slow down")
+            .answer_after(Dialect::Channel, Duration::from_millis(1200));
+        assert_eq!(
+            resp.headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
+            Some("2")
+        );
+        let resp =
+            Problem::too_many("slow down").answer_after(Dialect::Api, Duration::from_millis(3));
+        assert_eq!(
+            resp.headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        let (status, body) = body_of(resp).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).ok(),
+            Some(json!({"error":{"code":"rate_limited","message":"slow down"}}))
         );
     }
 

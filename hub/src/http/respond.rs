@@ -111,11 +111,48 @@ pub async fn read_body(req: Request<Incoming>, server: &ServerConfig) -> Result<
     }
 }
 
+/// How deep a request's JSON may nest (objects and arrays). Lower than
+/// serde_json's own 128, since what is stored is later parsed again inside
+/// event envelopes (a plugin's, a receiver's) that add levels of their own.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`], in one pass over the
+/// bytes and before any parser recurses into them.
+pub fn check_json_depth(bytes: &[u8]) -> Result<(), String> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(format!("JSON nested deeper than {MAX_JSON_DEPTH} levels"));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Parses a JSON request body into `T`, refusing duplicate keys first (serde
 /// would keep the last value silently, while a plugin or receiver parsing the
 /// stored payload might keep the first). The error is the reason alone; each
 /// edge words its 400 in its own dialect.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    check_json_depth(bytes)?;
     if let Some(dup) = plugin_api::json::duplicate_key(bytes) {
         return Err(dup.to_string());
     }
@@ -170,5 +207,37 @@ impl hyper::body::Body for SseBody {
         self.0
             .poll_recv(cx)
             .map(|b| b.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn json_nested_past_the_limit_is_refused_before_it_is_parsed() {
+        assert!(check_json_depth(nested(MAX_JSON_DEPTH).as_bytes()).is_ok());
+        let err = parse_json::<serde_json::Value>(nested(MAX_JSON_DEPTH + 1).as_bytes())
+            .expect_err("too deep");
+        assert_eq!(err, "JSON nested deeper than 64 levels");
+        // Far past serde_json's own limit: the same reason, not the parser's.
+        let err = parse_json::<serde_json::Value>(nested(100_000).as_bytes()).expect_err("deep");
+        assert_eq!(err, "JSON nested deeper than 64 levels");
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count_as_nesting() {
+        let text = format!(
+            r#"{{"a":"{}\"{}","b":[1]}}"#,
+            "[".repeat(100),
+            "{".repeat(100)
+        );
+        assert!(check_json_depth(text.as_bytes()).is_ok(), "{text}");
+        let value: serde_json::Value = parse_json(text.as_bytes()).expect("valid JSON");
+        assert_eq!(value["b"][0], 1);
     }
 }

@@ -35,6 +35,9 @@ pub struct App {
     pub sign_ins: crate::core::accounts::SignIns,
     /// Rate limits of the widget's public endpoints.
     pub widget_limits: crate::http::limits::WidgetLimits,
+    /// The connection cap (and its refusal count), the channel and bot
+    /// rate limits, and failed credentials per source address.
+    pub limits: crate::http::limits::Limits,
     /// Turns true when the hub stops; long-lived responses end on it.
     pub shutdown: watch::Receiver<bool>,
 }

@@ -153,13 +153,15 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         .map(|a| a.to_string())
         .unwrap_or_default();
     let limits = &app.widget_limits;
-    let over = !limits.requests_per_ip.allow(&ip)
-        || (endpoint == ["session"] && !limits.sessions_per_ip.allow(&ip));
-    let resp = if over {
-        fail(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many requests; slow down",
-        )
+    let over = limits.requests_per_ip.take(&ip).and_then(|()| {
+        if endpoint == ["session"] {
+            limits.sessions_per_ip.take(&ip)
+        } else {
+            Ok(())
+        }
+    });
+    let resp = if let Err(wait) = over {
+        slow_down("too many requests; slow down", wait)
     } else if *req.method() == Method::OPTIONS {
         preflight()
     } else {
@@ -236,6 +238,12 @@ fn fail(status: StatusCode, reason: impl Into<String>) -> Resp {
         status,
         &json!({ "result": "fail", "reason": reason.into() }),
     )
+}
+
+/// 429 with `Retry-After`: the page's script (or a well-behaved client)
+/// waits as told instead of guessing.
+fn slow_down(reason: &str, wait: std::time::Duration) -> Resp {
+    crate::http::problem::retry_after(fail(StatusCode::TOO_MANY_REQUESTS, reason), wait)
 }
 
 fn ok() -> Resp {
@@ -449,8 +457,8 @@ fn callback_answer(state: Result<(), String>) -> Value {
 }
 
 #[derive(Deserialize)]
-struct CallBody {
-    phone: Value,
+pub(crate) struct CallBody {
+    pub(crate) phone: Value,
 }
 
 /// `startCall(phone)`: a callback request agents see and take.
@@ -586,15 +594,12 @@ async fn send(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Cl
     if b.text.trim().is_empty() {
         return fail(StatusCode::BAD_REQUEST, "the message is empty");
     }
-    if !app
+    if let Err(wait) = app
         .widget_limits
         .messages_per_visitor
-        .allow(&format!("{}:{}", channel.id, visitor.id))
+        .take(&format!("{}:{}", channel.id, visitor.id))
     {
-        return fail(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many messages; slow down",
-        );
+        return slow_down("too many messages; slow down", wait);
     }
     let sent = ingest(
         app,
@@ -682,46 +687,7 @@ async fn widget_call(
         Ok(b) => b,
         Err(e) => return fail(e.status(), e.reason()),
     };
-    let parse = |b: &[u8]| -> Result<WidgetAction, String> {
-        let b = if b.is_empty() { &b"{}"[..] } else { b };
-        Ok(match endpoint {
-            "contacts" => WidgetAction::Contacts(parse_json::<ContactInfo>(b)?),
-            "custom-data" => {
-                let FieldsBody { fields } = parse_json(b)?;
-                if !fields.is_array() {
-                    return Err("fields must be an array".to_owned());
-                }
-                let fields: Vec<CustomDataField> =
-                    serde_json::from_value(fields).map_err(|e| format!("fields: {e}"))?;
-                WidgetAction::CustomData(fields)
-            }
-            "user-token" => {
-                let UserTokenBody { token } = parse_json(b)?;
-                match token {
-                    Value::String(t) => WidgetAction::UserToken(t),
-                    _ => return Err("the user token must be a string".to_owned()),
-                }
-            }
-            "page" => {
-                let p: PageBody = parse_json(b)?;
-                WidgetAction::Page {
-                    url: bounded(p.url),
-                    title: bounded(p.title),
-                    referrer: bounded(p.referrer),
-                }
-            }
-            "attributes" => {
-                let AttributesBody { attributes } = parse_json(b)?;
-                match attributes {
-                    Value::Object(m) => WidgetAction::Attributes(m),
-                    _ => return Err("attributes must be an object".to_owned()),
-                }
-            }
-            "clear" => WidgetAction::ClearHistory,
-            _ => return Err("no such endpoint".to_owned()),
-        })
-    };
-    let action = match parse(&bytes) {
+    let action = match parse_call(endpoint, &bytes) {
         Ok(a) => a,
         Err(reason) => return fail(StatusCode::BAD_REQUEST, reason),
     };
@@ -745,6 +711,48 @@ async fn widget_call(
         }
         (Err(e), _) => core_fail(e),
     }
+}
+
+/// Reads the body of a `widget_api` call to `endpoint` (an empty body is
+/// `{}`); the reason is the fail result's.
+pub(crate) fn parse_call(endpoint: &str, b: &[u8]) -> Result<WidgetAction, String> {
+    let b = if b.is_empty() { &b"{}"[..] } else { b };
+    Ok(match endpoint {
+        "contacts" => WidgetAction::Contacts(parse_json::<ContactInfo>(b)?),
+        "custom-data" => {
+            let FieldsBody { fields } = parse_json(b)?;
+            if !fields.is_array() {
+                return Err("fields must be an array".to_owned());
+            }
+            let fields: Vec<CustomDataField> =
+                serde_json::from_value(fields).map_err(|e| format!("fields: {e}"))?;
+            WidgetAction::CustomData(fields)
+        }
+        "user-token" => {
+            let UserTokenBody { token } = parse_json(b)?;
+            match token {
+                Value::String(t) => WidgetAction::UserToken(t),
+                _ => return Err("the user token must be a string".to_owned()),
+            }
+        }
+        "page" => {
+            let p: PageBody = parse_json(b)?;
+            WidgetAction::Page {
+                url: bounded(p.url),
+                title: bounded(p.title),
+                referrer: bounded(p.referrer),
+            }
+        }
+        "attributes" => {
+            let AttributesBody { attributes } = parse_json(b)?;
+            match attributes {
+                Value::Object(m) => WidgetAction::Attributes(m),
+                _ => return Err("attributes must be an object".to_owned()),
+            }
+        }
+        "clear" => WidgetAction::ClearHistory,
+        _ => return Err("no such endpoint".to_owned()),
+    })
 }
 
 /// A core refusal as the fail result; the hub's own faults as a 503.

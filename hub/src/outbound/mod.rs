@@ -337,10 +337,10 @@ fn error_body_message(body: &[u8]) -> Option<String> {
         other => other.to_string(),
     });
     Some(match (message, code) {
-        (Some(m), _) if !m.trim().is_empty() => m.trim().to_owned(),
-        (_, Some(c)) => format!("error {c}"),
+        (Some(m), _) if !m.trim().is_empty() => reason_text(m),
+        (_, Some(c)) => reason_text(&format!("error {c}")),
         _ => match error {
-            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::String(s) => reason_text(s),
             _ => "the receiver reported an error".to_owned(),
         },
     })
@@ -352,7 +352,18 @@ fn plain_reason(body: &[u8]) -> Option<String> {
     if text.is_empty() || text.starts_with('<') {
         return None;
     }
-    Some(text.chars().take(MAX_REASON_CHARS).collect())
+    Some(reason_text(text))
+}
+
+/// A receiver's words as the hub keeps them (the outbox row, the log, the
+/// agent's view): on one line, so that they cannot forge a log line, and
+/// short, whatever the receiver sent.
+fn reason_text(text: &str) -> String {
+    text.trim()
+        .chars()
+        .take(MAX_REASON_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 fn status_text(status: StatusCode) -> String {
@@ -408,6 +419,29 @@ mod tests {
             classify(StatusCode::BAD_GATEWAY, b(b"")),
             Attempt::Transient(_)
         ));
+    }
+
+    #[test]
+    fn a_receivers_error_text_is_kept_on_one_line_and_short() {
+        let long = format!(
+            r#"{{"error":{{"message":"no\n2026-01-01T00:00:00Z  INFO forged line {}"}}}}"#,
+            "x".repeat(70_000)
+        );
+        let Attempt::Rejected(reason) = AnswerRule::Channel.read(StatusCode::OK, Bytes::from(long))
+        else {
+            panic!("an error body is a rejection");
+        };
+        assert!(reason.starts_with("no 2026-01-01"), "{reason}");
+        assert!(!reason.contains('\n'));
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS);
+        let Attempt::Rejected(plain) = AnswerRule::Channel.read(
+            StatusCode::BAD_REQUEST,
+            Bytes::from(format!("bad\r\nforged {}", "y".repeat(70_000))),
+        ) else {
+            panic!("a 400 is a rejection");
+        };
+        assert!(plain.starts_with("bad  forged"), "{plain}");
+        assert_eq!(plain.chars().count(), MAX_REASON_CHARS);
     }
 
     #[test]

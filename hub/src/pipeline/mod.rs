@@ -121,6 +121,19 @@ impl Pipeline {
     }
 
     pub async fn run(&self, event: Event) -> Routed {
+        let routed = self.chain(event).await;
+        let verdict = match routed.verdict {
+            Verdict::Continue if routed.changed => crate::obs::Verdict::Transformed,
+            Verdict::Continue => crate::obs::Verdict::Passed,
+            Verdict::Drop(_) => crate::obs::Verdict::Dropped,
+            Verdict::Reply(_) => crate::obs::Verdict::Replied,
+            Verdict::Reject(_) => crate::obs::Verdict::Rejected,
+        };
+        crate::obs::event(routed.event.kind.as_str(), verdict);
+        routed
+    }
+
+    async fn chain(&self, event: Event) -> Routed {
         let wiring = self.wiring.current();
         let mut routed = Routed {
             event,

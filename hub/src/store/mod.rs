@@ -31,7 +31,7 @@ pub use agents::{Agent, NewAgent};
 pub use bots::{Bot, BotState, NewBot};
 pub use channels::{Channel, ChannelKind, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
-pub use outbox::{Claimed, NewDelivery, OutboxState, Retry, RowKind};
+pub use outbox::{Claimed, NewDelivery, OutboxDepth, OutboxState, PendingRows, Retry, RowKind};
 pub use writer::Durability;
 
 /// The connection a write transaction hands to store functions
@@ -132,6 +132,15 @@ impl From<Durability> for OpenOptions {
     }
 }
 
+/// The pool's connections at one moment (`/metrics`). On SQLite the
+/// writer's own connection is not among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUse {
+    pub in_use: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// Shared handle to the database.
 #[derive(Clone)]
 pub struct Store {
@@ -143,6 +152,9 @@ pub struct Store {
     /// PostgreSQL: this process's turn to write (see [`Store::begin_write`]).
     pg_turn: Arc<Mutex<()>>,
     channel_cache: Arc<channels::ChannelCache>,
+    /// Whether commits fail now (SQLite's writer records it; PostgreSQL's
+    /// commits here).
+    health: Arc<writer::WriteHealth>,
 }
 
 /// A write transaction: [`tx`](WriteTx::tx) is the connection store
@@ -164,6 +176,7 @@ enum TxInner<'a> {
         /// Held until the commit is done, so the process's next writer does
         /// not take a pool connection only to wait on the database's lock.
         turn: OwnedMutexGuard<()>,
+        health: Arc<writer::WriteHealth>,
     },
 }
 
@@ -199,9 +212,10 @@ impl WriteTx<'_> {
     pub fn into_commit(self) -> Committing {
         match self.tx.0 {
             TxInner::Shared(tx) => Box::pin(tx.commit()),
-            TxInner::Own { tx, turn } => Box::pin(async move {
+            TxInner::Own { tx, turn, health } => Box::pin(async move {
                 let done = tx.commit().await.ctx("committing");
                 drop(turn);
+                health.record(&done);
                 done
             }),
         }
@@ -331,12 +345,17 @@ impl Store {
             }
             Backend::Postgres => None,
         };
+        let health = writer
+            .as_ref()
+            .map(|w| w.health.clone())
+            .unwrap_or_default();
         let store = Store {
             pool,
             backend,
             writer,
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
+            health,
         };
         store.migrate().await?;
         Ok(store)
@@ -353,10 +372,12 @@ impl Store {
             .connect(&url)
             .await
             .ctx("connecting to the database")?;
+        let writer = open_writer(&url, Durability::Normal).await?;
         let store = Store {
             pool,
             backend: Backend::Sqlite,
-            writer: Some(open_writer(&url, Durability::Normal).await?),
+            health: writer.health.clone(),
+            writer: Some(writer),
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
         };
@@ -375,12 +396,30 @@ impl Store {
         matches!(tokio::time::timeout(timeout, query).await, Ok(Ok(_)))
     }
 
+    /// Why writes fail now (the latest commit failed, none succeeded
+    /// since: a full disk, say), or `None`.
+    pub fn write_failure(&self) -> Option<String> {
+        self.health.failure()
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    pub fn pool_use(&self) -> PoolUse {
+        let open = self.pool.size();
+        let idle = u32::try_from(self.pool.num_idle())
+            .unwrap_or(u32::MAX)
+            .min(open);
+        PoolUse {
+            in_use: open - idle,
+            idle,
+            max: self.pool.options().get_max_connections(),
+        }
     }
 
     /// Starts a transaction that will write.
@@ -410,7 +449,11 @@ impl Store {
                     .begin_with(PG_BEGIN_WRITE)
                     .await
                     .ctx("starting a transaction")?;
-                TxInner::Own { tx, turn }
+                TxInner::Own {
+                    tx,
+                    turn,
+                    health: self.health.clone(),
+                }
             }
         };
         Ok(WriteTx { tx: TxConn(inner) })
@@ -565,6 +608,8 @@ const WAL_LIMIT_PAGES: i64 = 4096;
 async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // A full disk fails every tick: one warning per spell, not four a second.
+    let mut failing = false;
     loop {
         tick.tick().await;
         if pool.is_closed() {
@@ -582,12 +627,15 @@ async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
                     tracing::warn!(error = %e, "WAL restart failed; retrying");
                 }
             }
-            Ok(_) => {}
+            Ok(_) => failing = false,
             Err(e) => {
                 if pool.is_closed() {
                     return;
                 }
-                tracing::warn!(error = %e, "WAL checkpoint failed; retrying");
+                if !failing {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying quietly until it succeeds");
+                }
+                failing = true;
             }
         }
     }

@@ -727,6 +727,52 @@ impl Store {
     }
 }
 
+/// Pending rows of one retry policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRows {
+    pub policy: String,
+    pub rows: i64,
+    /// When the oldest of them was queued (Unix ms).
+    pub oldest_created_at: i64,
+}
+
+/// What waits in the outbox and what failed for good, for every instance
+/// on the database.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutboxDepth {
+    /// By policy name, in name order.
+    pub pending: Vec<PendingRows>,
+    /// Rows in state `failed`.
+    pub dead_letters: i64,
+}
+
+impl Store {
+    /// Counts pending rows by policy (with the oldest) and failed rows, in
+    /// one statement over the `(state, …)` index.
+    pub async fn outbox_depth(&self) -> Result<OutboxDepth, StoreError> {
+        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT state, policy, COUNT(*), MIN(created_at) FROM outbox \
+             WHERE state IN ('pending', 'failed') GROUP BY state, policy ORDER BY policy",
+        )
+        .fetch_all(self.pool())
+        .await
+        .ctx("measuring the outbox")?;
+        let mut depth = OutboxDepth::default();
+        for (state, policy, rows, oldest) in rows {
+            if state == OutboxState::Failed.as_str() {
+                depth.dead_letters += rows;
+            } else {
+                depth.pending.push(PendingRows {
+                    policy,
+                    rows,
+                    oldest_created_at: oldest.unwrap_or_default(),
+                });
+            }
+        }
+        Ok(depth)
+    }
+}
+
 /// An outbox row as operators see it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DeliveryView {

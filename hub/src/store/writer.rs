@@ -58,6 +58,45 @@ pub(super) struct Group {
     writer: Mutex<Writer>,
     flush: Arc<Notify>,
     closed: AtomicBool,
+    pub(super) health: Arc<WriteHealth>,
+}
+
+/// Whether the latest commit failed, and why (a full disk, say): readiness
+/// reports it until a commit succeeds again, or for [`FAILURE_HOLDS`] when
+/// nothing tries (a balancer that moved traffic away must get to try again).
+/// Reads and the database's answer to a ping look healthy meanwhile, so only
+/// the writes can tell.
+#[derive(Debug, Default)]
+pub struct WriteHealth {
+    failing: std::sync::Mutex<Option<(String, std::time::Instant)>>,
+}
+
+/// How long one failed commit keeps the hub unready.
+const FAILURE_HOLDS: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl WriteHealth {
+    pub(super) fn record<E: std::fmt::Display>(&self, result: &Result<(), E>) {
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(()) if failing.is_some() => {
+                tracing::info!("writes succeed again");
+                *failing = None;
+            }
+            Ok(()) => {}
+            Err(e) => *failing = Some((e.to_string(), std::time::Instant::now())),
+        }
+    }
+
+    /// Why the latest commit failed, while no commit has succeeded since
+    /// and it is recent.
+    pub fn failure(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|(_, at)| at.elapsed() < FAILURE_HOLDS)
+            .map(|(why, _)| why.clone())
+    }
 }
 
 impl Drop for Group {
@@ -80,6 +119,7 @@ impl Group {
             }),
             flush: flush.clone(),
             closed: AtomicBool::new(false),
+            health: Arc::default(),
         });
         tokio::spawn(flusher(Arc::downgrade(&group), flush));
         group
@@ -119,7 +159,7 @@ impl Group {
     /// database file so that the next group writes it from its start.
     pub(super) async fn restart_wal(&self) -> Result<(), StoreError> {
         let mut writer = self.writer.lock().await;
-        writer.flush().await;
+        writer.flush(&self.health).await;
         writer
             .conn
             .execute("PRAGMA wal_checkpoint(RESTART)")
@@ -131,7 +171,7 @@ impl Group {
     /// Commits what is pending and stops the flusher.
     pub(super) async fn close(&self) {
         let mut writer = self.writer.lock().await;
-        writer.flush().await;
+        writer.flush(&self.health).await;
         self.closed.store(true, Ordering::Release);
         self.flush.notify_one();
     }
@@ -151,7 +191,7 @@ impl Writer {
     }
 
     /// Commits the open transaction and answers everyone whose work it holds.
-    async fn flush(&mut self) {
+    async fn flush(&mut self, health: &WriteHealth) {
         let settled = self.settle().await.map_err(|e| e.to_string());
         let result = match settled {
             Err(e) => Err(e),
@@ -166,6 +206,9 @@ impl Writer {
         }
         if let Err(e) = &result {
             tracing::error!(error = %e, waiting = self.waiters.len(), "a group commit failed");
+        }
+        if !self.waiters.is_empty() {
+            health.record(&result);
         }
         self.in_tx = false;
         self.rollback_pending = false;
@@ -189,7 +232,7 @@ async fn flusher(group: Weak<Group>, flush: Arc<Notify>) {
         }
         let mut writer = group.writer.lock().await;
         if writer.in_tx || writer.rollback_pending {
-            writer.flush().await;
+            writer.flush(&group.health).await;
         }
     }
 }
