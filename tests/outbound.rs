@@ -239,3 +239,57 @@ async fn a_name_resolving_to_a_refused_address_is_refused_at_connect_time() {
     assert!(receiver.requests().is_empty(), "the receiver was called");
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reload_puts_a_stricter_policy_in_force_for_registrations_and_deliveries() {
+    let hub = TestHub::start().await;
+    let receiver = Integrator::start().await;
+    let agent = hub.create_agent("Ann", "ann@example.com").await;
+    let (status, created) = hub
+        .admin(
+            Method::POST,
+            "/admin/v1/channels",
+            Some(json!({ "name": "shop", "customer_endpoint": receiver.url,
+                         "agents": ["ann@example.com"] })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let ch = crate::support::TestChannel::from_view(created);
+    hub.say(&ch, json!(7), "hi").await;
+    let chat_id = eventually(WAIT, "the chat opened", || async {
+        agent.chats().await.first().and_then(|c| c["id"].as_i64())
+    })
+    .await;
+    agent.reply(chat_id, "before").await;
+    // Delivered, over a kept-alive connection the next reply could reuse.
+    receiver.wait_for(1, WAIT).await;
+
+    let config = hub.dir.path().join("hub.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text}\n{STRICT}")).expect("write config");
+    hub.running().reload().await.expect("reload");
+
+    let refused = new_channel(&hub, "other", &receiver.url).await;
+    assert!(refusal("after reload", &refused).ends_with(PRIVATE_RULE));
+    let sent = agent.reply(chat_id, "after").await;
+    let settled = eventually(WAIT, "the reply settled", || {
+        let (agent, uid) = (&agent, &sent["uid"]);
+        async move {
+            agent.chat(chat_id).await["messages"]
+                .as_array()?
+                .iter()
+                .find(|m| m["uid"] == *uid && m["delivery"] != "pending")
+                .cloned()
+        }
+    })
+    .await;
+    assert_eq!(settled["delivery"], "failed", "{settled}");
+    let reason = settled["delivery_error"].as_str().unwrap_or_default();
+    assert!(reason.ends_with(PRIVATE_RULE), "{reason}");
+    assert_eq!(
+        receiver.requests().len(),
+        1,
+        "only the reply before the reload arrived"
+    );
+    hub.shutdown().await;
+}

@@ -55,6 +55,8 @@ pub enum ReloadError {
     Plugins(Vec<String>),
     #[error("bots: {0}")]
     Bots(#[from] ProvisionError),
+    #[error("outbound: {0}")]
+    Outbound(TlsSetupError),
 }
 
 /// What loading plugins needs, kept for reloads.
@@ -131,6 +133,10 @@ impl Running {
             .load(config)
             .await
             .map_err(ReloadError::Plugins)?;
+        self.loader
+            .sender
+            .replace_policy(outbound.clone())
+            .map_err(ReloadError::Outbound)?;
         self.wiring.replace(wiring);
         // After the plugins, so a plugin bot's plugin is there when it is needed.
         provisioning::sync_declared_bots(&self.store, &bots, &outbound).await?;
@@ -139,7 +145,7 @@ impl Running {
             .await
             .map_err(|e| ReloadError::Bots(e.into()))?;
         self.conversations.live().announce_bots_changed();
-        tracing::info!(file = %file.display(), "plugins, routes, destinations and bots reloaded");
+        tracing::info!(file = %file.display(), "plugins, routes, destinations, bots and the outbound policy reloaded");
         Ok(())
     }
 
@@ -280,7 +286,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     });
     let deliverer = Deliverer::new(
         store.clone(),
-        sender,
+        sender.clone(),
         Policies::from_config(&config.delivery, &config.webhooks),
         wiring.clone(),
         conversations.clone(),
@@ -297,6 +303,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
         sign_ins,
         limits: crate::http::limits::Limits::new(&config.server, &config.limits),
+        sender: sender.clone(),
         config: Arc::new(config),
         store: store.clone(),
         live,

@@ -132,7 +132,7 @@ async fn create_channel(app: &App, req: Request<Incoming>) -> Resp {
         allowed_origins: b.allowed_origins,
         calls: b.calls,
     };
-    let outbound = app.config.outbound.policy();
+    let outbound = app.sender.policy();
     match provisioning::create_channel(&app.store, &spec, false, &outbound).await {
         Ok(ch) => json(
             StatusCode::CREATED,
@@ -320,7 +320,7 @@ async fn create_bot(app: &App, req: Request<Incoming>) -> Resp {
         target,
         channels: b.channels,
     };
-    let outbound = app.config.outbound.policy();
+    let outbound = app.sender.policy();
     match provisioning::create_bot(&app.store, &spec, false, &outbound).await {
         Ok(bot) => {
             app.live.announce_bots_changed();
@@ -443,7 +443,7 @@ async fn set_webhook(app: &App, req: Request<Incoming>, id: &str) -> Resp {
     } else {
         b.secret
     };
-    let outbound = app.config.outbound.policy();
+    let outbound = app.sender.policy();
     if let Err(e) =
         provisioning::validate_webhook(b.url.as_deref(), secret.as_deref(), &outbound).await
     {

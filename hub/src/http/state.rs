@@ -38,6 +38,9 @@ pub struct App {
     /// The connection cap (and its refusal count), the channel and bot
     /// rate limits, and failed credentials per source address.
     pub limits: crate::http::limits::Limits,
+    /// The hub's outbound client; its policy (reloaded on SIGHUP) judges
+    /// the URLs the admin API registers.
+    pub sender: crate::outbound::HttpSender,
     /// Turns true when the hub stops; long-lived responses end on it.
     pub shutdown: watch::Receiver<bool>,
 }

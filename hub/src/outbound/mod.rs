@@ -17,7 +17,7 @@ pub use retry::RetryPolicy;
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -155,9 +155,17 @@ enum PostError {
 /// The hub's HTTP client: a keep-alive pool, HTTP and HTTPS (webpki roots),
 /// connecting only where the outbound [`Policy`] allows. Redirects are not
 /// followed: a 3xx is an answer like any other (final, not a 2xx).
-/// Cheap to clone; clones share the pool.
+/// Cheap to clone; clones share the pool, and a policy put in force with
+/// [`HttpSender::replace_policy`] holds for every clone.
 #[derive(Clone)]
 pub struct HttpSender {
+    current: Arc<RwLock<Arc<Held>>>,
+}
+
+/// A policy and the pool that connected under it. They change together: a
+/// kept-alive connection was judged by the policy of its time, so a
+/// stricter one must not reuse it.
+struct Held {
     client: Client<HttpsConnector<HttpConnector<policy::Guard>>, OutBody>,
     policy: Arc<Policy>,
 }
@@ -177,25 +185,30 @@ impl HttpSender {
     /// resolved by [`policy::Guard`], which drops the addresses the policy
     /// refuses; IP-literal hosts are checked before sending.
     pub fn with_policy(policy: Policy) -> Result<HttpSender, TlsSetupError> {
-        let policy = Arc::new(policy);
-        let mut http = HttpConnector::new_with_resolver(policy::Guard::new(policy.clone()));
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(3)));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        Ok(HttpSender { client, policy })
+        Ok(HttpSender {
+            current: Arc::new(RwLock::new(Arc::new(Held::new(policy)?))),
+        })
     }
 
-    /// The policy requests are held to.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// Puts `policy` in force for every later request (a reload): with a
+    /// new connection pool, so no connection made under the old policy is
+    /// used again. Requests under way finish as they started.
+    pub fn replace_policy(&self, policy: Policy) -> Result<(), TlsSetupError> {
+        let held = Arc::new(Held::new(policy)?);
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = held;
+        Ok(())
+    }
+
+    fn held(&self) -> Arc<Held> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The policy requests are held to now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.held().policy.clone()
     }
 
     /// Makes one attempt and reads its answer by `rule`.
@@ -228,9 +241,10 @@ impl HttpSender {
             .url
             .parse()
             .map_err(|e| PostError::Invalid(format!("invalid endpoint URL: {e}")))?;
+        let held = self.held();
         // The connector resolves host names through the policy's guard, but
         // connects to an IP literal as it is: that one is checked here.
-        self.policy
+        held.policy
             .check_uri(&uri)
             .map_err(|refused| PostError::Invalid(refused.to_string()))?;
         let mut request =
@@ -254,7 +268,7 @@ impl HttpSender {
             })
             .map_err(|e| PostError::Invalid(format!("cannot build the request: {e}")))?;
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
+            let response = held.client.request(request).await.map_err(|e| {
                 match policy::ResolveError::refusal_in(&e) {
                     // Every address the host resolved to is refused: final.
                     Some(refused) => PostError::Invalid(refused.to_string()),
@@ -288,6 +302,25 @@ impl HttpSender {
             ))),
             Ok(answer) => answer,
         }
+    }
+}
+
+impl Held {
+    fn new(policy: Policy) -> Result<Held, TlsSetupError> {
+        let policy = Arc::new(policy);
+        let mut http = HttpConnector::new_with_resolver(policy::Guard::new(policy.clone()));
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(3)));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Ok(Held { client, policy })
     }
 }
 
@@ -349,7 +382,8 @@ fn error_body_message(body: &[u8]) -> Option<String> {
 fn plain_reason(body: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
-    if text.is_empty() || text.starts_with('<') {
+    // Control characters only would make a blank reason: the status says more.
+    if text.chars().all(char::is_control) || text.starts_with('<') {
         return None;
     }
     Some(reason_text(text))
@@ -359,11 +393,17 @@ fn plain_reason(body: &[u8]) -> Option<String> {
 /// agent's view): on one line, so that they cannot forge a log line, and
 /// short, whatever the receiver sent.
 fn reason_text(text: &str) -> String {
-    text.trim()
+    // Controls become blanks before the trim, so none is left at either end.
+    let line: String = text
         .chars()
-        .take(MAX_REASON_CHARS)
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+        .collect();
+    let line = line.trim();
+    if line.is_empty() {
+        // `{"error":""}`: a refusal all the same, and the agent reads something.
+        return "the receiver reported an error".to_owned();
+    }
+    line.chars().take(MAX_REASON_CHARS).collect()
 }
 
 fn status_text(status: StatusCode) -> String {
