@@ -84,8 +84,11 @@ pub enum Embedding {
     Compatible,
     /// `2002:AABB:CCDD::/48`.
     SixToFour,
-    /// `64:ff9b::a.b.c.d`.
+    /// `64:ff9b::a.b.c.d`, and the local-use `64:ff9b:1::/48` with the
+    /// address in its last 32 bits.
     Nat64,
+    /// `2001:0::/32`: the client's IPv4 address, inverted, in the last 32 bits.
+    Teredo,
 }
 
 impl fmt::Display for Embedding {
@@ -95,6 +98,7 @@ impl fmt::Display for Embedding {
             Embedding::Compatible => "IPv4-compatible",
             Embedding::SixToFour => "6to4",
             Embedding::Nat64 => "NAT64",
+            Embedding::Teredo => "Teredo",
         })
     }
 }
@@ -217,8 +221,9 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Special> {
 }
 
 /// The IPv4 address an IPv6 one carries: IPv4-mapped (`::ffff:0:0/96`),
-/// IPv4-compatible (`::/96`, but `::` and `::1`), 6to4 (`2002::/16`) and
-/// NAT64 (`64:ff9b::/96`).
+/// IPv4-compatible (`::/96`, but `::` and `::1`), 6to4 (`2002::/16`),
+/// NAT64 (`64:ff9b::/96`, and `64:ff9b:1::/48` as `/96`-style) and Teredo
+/// (`2001::/32`, whose packets reach the client's IPv4 address).
 pub fn embedded_v4(ip: Ipv6Addr) -> Option<(Embedding, Ipv4Addr)> {
     let s = ip.segments();
     let last = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
@@ -227,7 +232,10 @@ pub fn embedded_v4(ip: Ipv6Addr) -> Option<(Embedding, Ipv4Addr)> {
         [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
         [0, 0, 0, 0, 0, 0, hi, lo] => Some((Embedding::Compatible, last(hi, lo))),
         [0x2002, hi, lo, ..] => Some((Embedding::SixToFour, last(hi, lo))),
-        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some((Embedding::Nat64, last(hi, lo))),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] | [0x64, 0xff9b, 1, _, _, _, hi, lo] => {
+            Some((Embedding::Nat64, last(hi, lo)))
+        }
+        [0x2001, 0, _, _, _, _, hi, lo] => Some((Embedding::Teredo, last(!hi, !lo))),
         _ => None,
     }
 }
@@ -728,6 +736,16 @@ mod tests {
             (
                 "::169.254.169.254",
                 "::a9fe:a9fe is the IPv4-compatible form of 169.254.169.254, \
+                 which is link-local (cloud metadata)",
+            ),
+            (
+                "64:ff9b:1::a9fe:a9fe",
+                "64:ff9b:1::a9fe:a9fe is the NAT64 form of 169.254.169.254, \
+                 which is link-local (cloud metadata)",
+            ),
+            (
+                "2001:0:4136:e378:8000:63bf:5601:5601",
+                "2001:0:4136:e378:8000:63bf:5601:5601 is the Teredo form of 169.254.169.254, \
                  which is link-local (cloud metadata)",
             ),
         ];
