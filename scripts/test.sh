@@ -11,6 +11,12 @@ cd "$(dirname "$0")/.."
 # and bots are loopback HTTP servers.
 ./scripts/build-plugins.sh
 ./scripts/test-plugins.sh
+# The battery (tests/battery/, run by `cargo test` in its short mode) checks
+# the database its crashes leave with the sqlite3 program: Debian's package,
+# installed if missing.
+if ! command -v sqlite3 >/dev/null && [ "$(id -u)" -eq 0 ]; then
+    apt-get update && apt-get install -y sqlite3
+fi
 cargo test --workspace --locked --no-fail-fast "$@"
 # The same end-to-end suite on PostgreSQL: a throwaway cluster in a temporary
 # directory (Debian's packages, installed if missing), removed afterwards. Set

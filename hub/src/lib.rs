@@ -15,8 +15,11 @@ pub mod delivery;
 pub mod event;
 pub mod http;
 pub mod ids;
+pub mod obs;
 pub mod outbound;
 pub mod pipeline;
+#[cfg(test)]
+mod proptests;
 pub mod runtime;
 pub mod scaffold;
 pub mod store;

@@ -93,10 +93,14 @@ pub async fn serve(
                         req.extensions_mut().insert(Peer(peer));
                         async move {
                             let mut resp = route(&app, req).await;
-                            // A client too slow to send its request gets no
-                            // second chance on this connection: whatever it
-                            // still sends would be read as the next request.
-                            if resp.status() == StatusCode::REQUEST_TIMEOUT {
+                            // A client too slow to send its request, or one
+                            // whose body was too large to read, gets no second
+                            // chance on this connection: the rest of what it
+                            // sends would be read as the next request.
+                            if matches!(
+                                resp.status(),
+                                StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE
+                            ) {
                                 resp.headers_mut()
                                     .insert(CONNECTION, HeaderValue::from_static("close"));
                             }
