@@ -370,6 +370,13 @@ async fn a_logged_event_is_test_input_and_plugin_kv_lists_a_plugins_keys() {
     assert_eq!(file["kind"], "channel.customer_message", "{file}");
     assert_eq!(file["channel"], "shop", "{file}");
     assert!(file.get("id").is_none(), "{file}");
+    // What plugins are told besides the payload, as it is now: nobody online.
+    assert_eq!(file["context"], json!({ "agents_online": 0 }), "{file}");
+    assert!(
+        stderr_of(&as_event).contains("context.agents_online"),
+        "{}",
+        stderr_of(&as_event)
+    );
     std::fs::write(here.join("captured.json"), &as_event.stdout).expect("write event");
     let tried = json_out(&hub_async(here, &["plugin", "test", "counter", "captured.json"]).await);
     assert_eq!(tried["outcome"], "continue", "{tried}");
@@ -397,4 +404,95 @@ async fn a_logged_event_is_test_input_and_plugin_kv_lists_a_plugins_keys() {
     assert!(entries.iter().all(|e| e["value"] == "vvv"), "{lines}");
     let table = stdout_of(&hub_async(here, &["plugin", "kv", "counter"]).await);
     assert!(table.contains(&format!("{id}-0\tvvv")), "{table}");
+}
+
+/// What a long-running `hub` child wrote so far, stdout and stderr together.
+fn collect(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::Read;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let pipes: Vec<Box<dyn Read + Send>> = vec![
+        Box::new(child.stdout.take().expect("stdout")),
+        Box::new(child.stderr.take().expect("stderr")),
+    ];
+    for mut pipe in pipes {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock()
+                    .expect("output")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugin_test_watch_runs_again_when_the_event_or_the_sources_change() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let here = dir.path();
+    // A crate whose sources do not compile: a change to them must rebuild,
+    // say that the build failed, and keep watching.
+    std::fs::write(
+        here.join("Cargo.toml"),
+        "[package]\nname = \"watched\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n",
+    )
+    .expect("Cargo.toml");
+    std::fs::create_dir(here.join("src")).expect("src");
+    std::fs::write(here.join("src/lib.rs"), "pub fn f() {}\n").expect("lib.rs");
+    let event = |text: &str| {
+        json!({ "kind": "channel.customer_message",
+                "payload": { "sender": { "id": 1 }, "message": { "type": "text", "text": text } } })
+        .to_string()
+    };
+    std::fs::write(
+        here.join("event.json"),
+        event("first write to bob@example.com"),
+    )
+    .expect("event");
+    let wasm = plugin_wasm("redact");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hub"));
+    for var in hub::config::ENV_OVERRIDES {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .current_dir(here)
+        .arg("plugin")
+        .arg("test")
+        .arg(&wasm)
+        .args(["event.json", "--watch"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn hub plugin test --watch");
+    let seen = collect(&mut child);
+    let wait = std::time::Duration::from_secs(60);
+    let output = || seen.lock().expect("output").clone();
+    crate::support::eventually(wait, "the first run", || async {
+        let out = output();
+        (out.contains("first write to") && out.contains("watching")).then_some(())
+    })
+    .await;
+    assert!(!output().contains("bob@example.com"), "{}", output());
+
+    std::fs::write(here.join("event.json"), event("second call +49 30 1234567")).expect("event");
+    crate::support::eventually(wait, "the run after the event changed", || async {
+        output().contains("second call").then_some(())
+    })
+    .await;
+    assert!(!output().contains("1234567"), "{}", output());
+
+    std::fs::write(here.join("src/lib.rs"), "pub fn f( {}\n").expect("lib.rs");
+    crate::support::eventually(wait, "the rebuild that fails", || async {
+        let out = output();
+        (out.contains("change in the sources") && out.contains("the build failed")).then_some(())
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
 }

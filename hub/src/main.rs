@@ -356,7 +356,17 @@ async fn events(config: Config, cmd: EventsCommand) -> Result<()> {
             Some(channel_id) => store.channel_by_id(channel_id).await?.map(|c| c.name),
             None => None,
         };
-        serde_json::to_string_pretty(&tryout::EventFile::of(&event, channel))?
+        let mut file = tryout::EventFile::of(&event, channel);
+        // Plugins see the channel's agents online when the event passes; the
+        // log does not keep that, so the file gets today's count.
+        if let Some(channel_id) = event.channel_id {
+            let online = store.channel_online_agents(channel_id).await?;
+            file.context = Some(serde_json::json!({ "agents_online": online }));
+            eprintln!(
+                "note: context.agents_online is the channel's count now ({online}), not when the event passed"
+            );
+        }
+        serde_json::to_string_pretty(&file)?
     } else {
         serde_json::to_string_pretty(&event)?
     };

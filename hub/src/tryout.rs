@@ -132,8 +132,8 @@ pub struct EventFile {
 }
 
 impl EventFile {
-    /// A logged event as test input. The event log keeps no `context`, so
-    /// the file has none; add it by hand when the plugin reads it.
+    /// A logged event as test input. The event log keeps no `context`:
+    /// `hub events show --as-event` fills in what it is now.
     pub fn of(event: &Event, channel: Option<String>) -> EventFile {
         EventFile {
             kind: event.kind.as_str().to_owned(),
