@@ -484,6 +484,57 @@ async fn a_busy_plugin_on_one_channel_leaves_the_others_served() {
 }
 
 #[tokio::test]
+async fn a_channel_that_used_up_a_plugins_time_share_waits_and_the_other_channels_do_not() {
+    // 50 ms of calls per second per channel; each call sleeps past its 50 ms.
+    let wiring = plugin_toml(
+        "fault",
+        "fault",
+        "timeout_ms = 50\ntime_share = 0.05",
+        "fault = \"sleep\"\nsecs = 5",
+    ) + &format!(
+        "[[routes]]\nevents = [{}]\nchannels = [\"web\", \"other\"]\nplugins = [\"fault\"]\non_error = \"skip\"\n",
+        customer_route()
+    );
+    let s = Setup::start(wiring).await;
+    let other = s
+        .hub
+        .create_channel("other", &s.integrator.url, false, &["ann@example.com"])
+        .await;
+    let kind = |k: &'static str| {
+        let s = &s;
+        async move {
+            s.counter(&format!(
+                "hub_plugin_errors_total{{plugin=\"fault\",kind=\"{k}\"}}"
+            ))
+            .await
+        }
+    };
+    assert_eq!(post(&s, &s.web, 1, "first").await, 200);
+    assert_eq!(kind("timeout").await, 1.0);
+    // `web` spent 50 ms against 12.5 ms of credit: its next call would have
+    // to wait 0.75 s, longer than the call may last, so it fails as busy.
+    assert_eq!(post(&s, &s.web, 1, "second").await, 200);
+    assert_eq!(kind("busy").await, 1.0);
+    // `other` has its own share: its call runs (and times out as ever).
+    assert_eq!(post(&s, &other, 2, "elsewhere").await, 200);
+    assert_eq!(kind("timeout").await, 2.0);
+    assert_eq!(kind("busy").await, 1.0);
+    let (_, plugins) = s
+        .hub
+        .admin(reqwest::Method::GET, "/admin/v1/plugins", None)
+        .await;
+    let fault = plugins["plugins"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "fault"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(fault["time_share"], 0.05, "{plugins}");
+    let last = fault["counters"]["last_errors"].to_string();
+    assert!(last.contains("time share"), "{last}");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn key_value_quotas_bound_what_a_plugin_keeps() {
     let s = Setup::start(
         plugin_toml(

@@ -7,7 +7,11 @@
 //!
 //! `cargo bench -p hub --bench containment`; BENCH_SECS (default 3) per
 //! phase, BENCH_RATE (default 200) ordinary messages/s, BENCH_HOSTILE (default
-//! 8) concurrent hostile senders, BENCH_ONLY=<scenario> for one of them.
+//! 8) concurrent hostile senders, BENCH_ONLY=<scenario> for one of them,
+//! BENCH_LIMITS=off|default|both (default both): whether the hostile
+//! channel's flood meets the hub's defaults (the `[limits]` rate per channel
+//! and the plugin's `time_share` per channel) or neither; with both, each
+//! scenario runs once each way, side by side.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -105,18 +109,24 @@ async fn bench() {
     let rate = env_or("BENCH_RATE", 200);
     let hostile = env_or("BENCH_HOSTILE", 8) as usize;
     let only = std::env::var("BENCH_ONLY").ok();
+    let limits: &[bool] = match std::env::var("BENCH_LIMITS").as_deref() {
+        Ok("off") => &[false],
+        Ok("default") => &[true],
+        _ => &[false, true],
+    };
     let plugins = plugins_dir();
     println!(
         "containment benchmark: hostile plugin on one channel ({hostile} senders at once), \
          {rate} ordinary messages/s on another, {} s per phase, `hub serve` release build",
         secs.as_secs()
     );
-    for s in SCENARIOS
+    let runs = SCENARIOS
         .iter()
         .filter(|s| only.as_deref().is_none_or(|o| o == s.name))
-    {
+        .flat_map(|s| limits.iter().map(move |l| (s, *l)));
+    for (s, rate_limited) in runs {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut hub = Served::start(dir.path(), s, &plugins).await;
+        let mut hub = Served::start(dir.path(), s, &plugins, rate_limited).await;
         let before_db = db_bytes(dir.path());
         let baseline = ordinary(&hub, rate, secs).await;
         let log_before = log_bytes(dir.path());
@@ -147,8 +157,14 @@ async fn bench() {
             .is_ok_and(|l| l.lines().any(|line| line.starts_with("FAKE LOG LINE")));
         hub.stop();
         println!(
-            "\n{}: hostile events {:?} (status: count); errors {kinds}",
-            s.name, fates
+            "\n{} ({}): hostile events {:?} (status: count); errors {kinds}",
+            s.name,
+            if rate_limited {
+                "defaults"
+            } else {
+                "no rate limit, no time share"
+            },
+            fates
         );
         println!(
             "  ordinary channel  before: p50 {:6.2} ms  p99 {:6.2} ms  {:5.0} msg/s ({} failed) | during: p50 {:6.2} ms  p99 {:6.2} ms  {:5.0} msg/s ({} failed)  p99 ratio {:.2}",
@@ -187,7 +203,7 @@ struct Served {
 }
 
 impl Served {
-    async fn start(dir: &Path, s: &Scenario, plugins: &Path) -> Served {
+    async fn start(dir: &Path, s: &Scenario, plugins: &Path, rate_limited: bool) -> Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -196,14 +212,23 @@ impl Served {
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[storage]\nurl = \"sqlite://{}\"\n\
              [admin]\ntoken = \"{ADMIN}\"\n[runtime]\nmax_memory_mb = 256\n\n\
-             [limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n\n\
+             {}\
              [[destinations]]\nname = \"sink\"\nurl = \"http://127.0.0.1:9/sink\"\n\n\
              [[plugins]]\nname = \"hostile\"\npath = \"{}\"\n{}\n[plugins.config]\n{}\n\n\
              [[routes]]\nevents = [\"channel.customer_message\"]\nchannels = [\"hostile\"]\n\
              plugins = [\"hostile\"]\non_error = \"skip\"\n",
             dir.join("hub.db").display(),
+            if rate_limited {
+                ""
+            } else {
+                "[limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n\n"
+            },
             plugins.join("fault.wasm").display(),
-            s.limits,
+            if rate_limited {
+                s.limits.to_owned()
+            } else {
+                format!("{}\ntime_share = 1000", s.limits)
+            },
             s.config
         );
         let path = dir.join("hub.toml");

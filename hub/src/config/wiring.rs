@@ -59,6 +59,13 @@ pub struct PluginConfig {
     /// the rest of the hub a core; short calls never wait.
     #[serde(default = "default_plugin_max_concurrency")]
     pub max_concurrency: u32,
+    /// Seconds of call time the events of one channel may take of this
+    /// plugin per second (1.0 is one core's worth); past it, that channel's
+    /// next calls wait (within `timeout_ms`, else they fail as `busy`). A
+    /// flood of short, heavy calls on one channel so leaves the other
+    /// channels their cores.
+    #[serde(default = "default_plugin_time_share")]
+    pub time_share: f64,
     /// Forwards one call may make.
     #[serde(default = "default_plugin_max_forwards")]
     pub max_forwards: usize,
@@ -95,6 +102,7 @@ impl PluginConfig {
             destinations: Vec::new(),
             kv: false,
             max_concurrency: default_plugin_max_concurrency(),
+            time_share: default_plugin_time_share(),
             max_forwards: default_plugin_max_forwards(),
             kv_max_keys: default_plugin_kv_max_keys(),
             kv_max_bytes: default_plugin_kv_max_bytes(),
@@ -201,6 +209,11 @@ fn default_plugin_max_concurrency() -> u32 {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     u32::try_from(cores.saturating_sub(1).max(1)).unwrap_or(1)
 }
+/// Every core but one, as `max_concurrency`: the hub keeps a core whatever
+/// one channel's events cost.
+fn default_plugin_time_share() -> f64 {
+    f64::from(default_plugin_max_concurrency())
+}
 fn default_plugin_max_forwards() -> usize {
     10
 }
@@ -305,6 +318,11 @@ pub(super) fn check(config: &mut Config, env: &Env, problems: &mut Vec<String>) 
         }
         if p.max_concurrency == 0 {
             problems.push(format!("{key}.max_concurrency: must be at least 1"));
+        }
+        if !(p.time_share.is_finite() && p.time_share >= 0.01) {
+            problems.push(format!(
+                "{key}.time_share: must be at least 0.01 (seconds of call time per second)"
+            ));
         }
         for (j, d) in p.destinations.iter().enumerate() {
             if !destinations.contains(d.as_str()) {

@@ -378,6 +378,9 @@ fn list_plugins(app: &App) -> Resp {
                 "memory_mb": limits.memory_bytes >> 20,
                 "max_output_bytes": limits.max_output_bytes,
                 "max_host_calls": limits.max_host_calls,
+                "max_forwards": limits.max_forwards,
+                "max_concurrency": limits.max_concurrency,
+                "time_share": limits.time_share,
                 "kv": p.kv_enabled(),
                 "counters": counters.get(p.name()),
             })

@@ -9,6 +9,7 @@ mod engine;
 mod host;
 mod plugin;
 mod sanitize;
+mod share;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +43,8 @@ pub enum ErrorKind {
     Instantiate,
     /// More forwards or key-value data than the plugin's quotas allow.
     Quota,
-    /// The plugin's earlier calls (`max_concurrency`) kept it busy for a whole `timeout_ms`.
+    /// The plugin's earlier calls kept it busy for a whole `timeout_ms`
+    /// (`max_concurrency`), or its channel's calls used up its `time_share`.
     Busy,
 }
 

@@ -14,6 +14,7 @@ use wasmtime::UpdateDeadline;
 use super::bindings::{self, HandlerPre};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
+use super::share::TimeShare;
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
@@ -39,6 +40,8 @@ pub struct Limits {
     pub max_host_calls: u32,
     pub max_forwards: usize,
     pub max_concurrency: usize,
+    /// Seconds of call time per second per channel.
+    pub time_share: f64,
 }
 
 /// What a plugin may keep in its key-value namespace, and write per call.
@@ -81,12 +84,27 @@ pub struct Plugin {
     /// once (`max_concurrency`); ordinary calls, done within a tick, never
     /// wait for one.
     running: Arc<Semaphore>,
+    /// Call time per channel (`time_share`).
+    share: TimeShare,
     log_window: std::sync::Mutex<LogWindow>,
     grants: HashMap<String, Arc<Destination>>,
     services: Services,
     runtime: Runtime,
     pre: HandlerPre<HostState>,
     counters: Arc<PluginCounters>,
+}
+
+/// Charges a call's time to its channel's share when the call ends.
+struct Charge<'a> {
+    share: &'a TimeShare,
+    channel: Option<i64>,
+    since: Instant,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        self.share.spend(self.channel, self.since.elapsed());
+    }
 }
 
 /// The event as a plugin sees it, with the hub's context.
@@ -182,6 +200,7 @@ impl Plugin {
                 max_host_calls: config.max_host_calls,
                 max_forwards: config.max_forwards,
                 max_concurrency: config.max_concurrency.max(1) as usize,
+                time_share: config.time_share,
             },
             kv: config.kv,
             kv_quota: KvQuota {
@@ -192,6 +211,7 @@ impl Plugin {
             },
             kv_usage: tokio::sync::Mutex::new(None),
             running: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
+            share: TimeShare::new(config.time_share),
             log_window: std::sync::Mutex::new(LogWindow::default()),
             grants,
             services,
@@ -353,6 +373,25 @@ impl Plugin {
         input: &PluginEvent<'_>,
         check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
     ) -> Result<Outcome, PluginError> {
+        let channel = input.event.channel_id;
+        // Over its share, the channel's call waits rather than fails at once:
+        // a client that floods is slowed down with it, instead of coming
+        // back sooner with the next request.
+        let wait = self.share.wait(channel);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait.min(self.limits.timeout)).await;
+            if wait > self.limits.timeout {
+                return Err(self.error(
+                    ErrorKind::Busy,
+                    format!(
+                        "this channel's events used up the plugin's time share ({} s of calls \
+                         per second) for longer than its {} ms",
+                        self.share.per_sec(),
+                        self.limits.timeout.as_millis()
+                    ),
+                ));
+            }
+        }
         let slot = self
             .runtime
             .inner
@@ -363,6 +402,12 @@ impl Plugin {
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         // The deadline starts once the call has a slot: waiting is not running.
         let deadline = Instant::now() + self.limits.timeout;
+        // Charged however the call ends.
+        let _charge = Charge {
+            share: &self.share,
+            channel,
+            since: Instant::now(),
+        };
         let mut store = Sandbox {
             store: Some(self.sandbox(input.event.id.to_string(), deadline)),
             slot: Some(slot),

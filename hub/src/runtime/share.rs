@@ -1,0 +1,125 @@
+//! A plugin's time share: how much call time the events of one channel may
+//! take of a plugin per second, so that a flood of short, heavy calls on one
+//! channel cannot take the cores every other channel needs.
+//!
+//! Why per channel: the same plugin often runs on every channel (`redact`);
+//! a flood on one of them must slow that channel's calls, not the others'.
+//! Why call time rather than CPU time: a call's wall time is what it holds
+//! of the hub (a runtime slot, a request thread's turns, memory), and it is
+//! measured for free; on a busy machine it overstates CPU, which only makes
+//! the share stricter for whoever floods.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How much call time a channel may spend at once before it waits: a
+/// quarter of a second's share, so a burst of ordinary calls never waits.
+const BURST_SECS: f64 = 0.25;
+
+/// Past this many channels the idle buckets are swept before a new one is
+/// added (channels are few; this only bounds a mistake).
+const SWEEP_AT: usize = 4096;
+
+pub struct TimeShare {
+    /// Seconds of call time per second of wall clock.
+    per_sec: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<Option<i64>, Bucket>>,
+}
+
+struct Bucket {
+    /// Seconds of call time that may still be spent; below zero after a long
+    /// call, and then the channel's next call waits until it is back at zero.
+    credit: f64,
+    at: Instant,
+}
+
+impl TimeShare {
+    /// `per_sec`: seconds of call time per second (1.0 is one core's worth).
+    pub fn new(per_sec: f64) -> TimeShare {
+        TimeShare {
+            per_sec,
+            burst: per_sec * BURST_SECS,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long a call for `channel` must wait before it may start: zero
+    /// while the channel is within its share.
+    pub fn wait(&self, channel: Option<i64>) -> Duration {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = buckets.get_mut(&channel) else {
+            return Duration::ZERO;
+        };
+        self.refill(bucket, now);
+        if bucket.credit >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-bucket.credit / self.per_sec)
+        }
+    }
+
+    /// Charges `took` of call time to `channel`.
+    pub fn spend(&self, channel: Option<i64>, took: Duration) {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() >= SWEEP_AT && !buckets.contains_key(&channel) {
+            let full = self.burst;
+            let per_sec = self.per_sec;
+            buckets
+                .retain(|_, b| b.credit + now.duration_since(b.at).as_secs_f64() * per_sec < full);
+        }
+        let bucket = buckets.entry(channel).or_insert(Bucket {
+            credit: self.burst,
+            at: now,
+        });
+        self.refill(bucket, now);
+        bucket.credit -= took.as_secs_f64();
+    }
+
+    fn refill(&self, bucket: &mut Bucket, now: Instant) {
+        let earned = now.duration_since(bucket.at).as_secs_f64() * self.per_sec;
+        bucket.credit = (bucket.credit + earned).min(self.burst);
+        bucket.at = now;
+    }
+
+    pub fn per_sec(&self) -> f64 {
+        self.per_sec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_over_its_share_waits_and_the_others_do_not() {
+        let share = TimeShare::new(0.5);
+        let flooded = Some(1);
+        // Within the burst (0.125 s at half a core): no wait.
+        share.spend(flooded, Duration::from_millis(100));
+        assert_eq!(share.wait(flooded), Duration::ZERO);
+        // A long call puts the channel in debt: 0.125 - 0.1 - 0.225 = -0.2 s,
+        // earned back at 0.5 s per second: about 0.4 s.
+        share.spend(flooded, Duration::from_millis(225));
+        let wait = share.wait(flooded);
+        assert!(
+            wait > Duration::from_millis(350) && wait <= Duration::from_millis(400),
+            "{wait:?}"
+        );
+        assert_eq!(share.wait(Some(2)), Duration::ZERO, "another channel");
+        assert_eq!(share.wait(None), Duration::ZERO, "events of no channel");
+    }
+
+    #[test]
+    fn ordinary_calls_never_wait() {
+        let share = TimeShare::new(1.0);
+        for _ in 0..10_000 {
+            // 10 000 calls of 20 µs in a burst: 0.2 s, within 0.25 s.
+            share.spend(Some(1), Duration::from_micros(20));
+            assert_eq!(share.wait(Some(1)), Duration::ZERO);
+        }
+    }
+}
