@@ -43,6 +43,18 @@ fn refusal(label: &str, (status, body): &(u16, Value)) -> String {
         .to_owned()
 }
 
+/// The message `uid` of the chat once its delivery is no longer pending.
+async fn settled(agent: &crate::support::TestAgent, chat_id: i64, uid: &Value) -> Value {
+    eventually(WAIT, "the reply settled", || async move {
+        agent.chat(chat_id).await["messages"]
+            .as_array()?
+            .iter()
+            .find(|m| m["uid"] == *uid && m["delivery"] != "pending")
+            .cloned()
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_strict_hub_refuses_private_and_metadata_urls_at_registration() {
     let hub = strict_hub().await;
@@ -215,18 +227,7 @@ async fn a_name_resolving_to_a_refused_address_is_refused_at_connect_time() {
     .await;
     let sent = agent.reply(chat_id, "hello").await;
     let uid = sent["uid"].clone();
-    let settled = eventually(WAIT, "the reply settled", || {
-        let (agent, uid) = (&agent, &uid);
-        async move {
-            let chat = agent.chat(chat_id).await;
-            chat["messages"]
-                .as_array()?
-                .iter()
-                .find(|m| m["uid"] == *uid && m["delivery"] != "pending")
-                .cloned()
-        }
-    })
-    .await;
+    let settled = settled(&agent, chat_id, &uid).await;
     assert_eq!(settled["delivery"], "failed", "{settled}");
     let reason = settled["delivery_error"].as_str().unwrap_or_default();
     assert!(
@@ -272,17 +273,7 @@ async fn a_reload_puts_a_stricter_policy_in_force_for_registrations_and_deliveri
     let refused = new_channel(&hub, "other", &receiver.url).await;
     assert!(refusal("after reload", &refused).ends_with(PRIVATE_RULE));
     let sent = agent.reply(chat_id, "after").await;
-    let settled = eventually(WAIT, "the reply settled", || {
-        let (agent, uid) = (&agent, &sent["uid"]);
-        async move {
-            agent.chat(chat_id).await["messages"]
-                .as_array()?
-                .iter()
-                .find(|m| m["uid"] == *uid && m["delivery"] != "pending")
-                .cloned()
-        }
-    })
-    .await;
+    let settled = settled(&agent, chat_id, &sent["uid"]).await;
     assert_eq!(settled["delivery"], "failed", "{settled}");
     let reason = settled["delivery_error"].as_str().unwrap_or_default();
     assert!(reason.ends_with(PRIVATE_RULE), "{reason}");
