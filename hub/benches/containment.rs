@@ -11,7 +11,8 @@
 //! BENCH_LIMITS=off|default|both (default both): whether the hostile
 //! channel's flood meets the hub's defaults (the `[limits]` rate per channel
 //! and the plugin's `time_share` per channel) or neither; with both, each
-//! scenario runs once each way, side by side.
+//! scenario runs once each way, side by side. BENCH_SHARE=<seconds> sets
+//! the plugin's `time_share` of the protected runs (default: the hub's).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -225,7 +226,11 @@ impl Served {
             },
             plugins.join("fault.wasm").display(),
             if rate_limited {
-                s.limits.to_owned()
+                // BENCH_SHARE tries another `time_share` than the default.
+                match std::env::var("BENCH_SHARE") {
+                    Ok(share) => format!("{}\ntime_share = {share}", s.limits),
+                    Err(_) => s.limits.to_owned(),
+                }
             } else {
                 format!("{}\ntime_share = 1000", s.limits)
             },

@@ -411,6 +411,7 @@ impl Plugin {
         let mut store = Sandbox {
             store: Some(self.sandbox(input.event.id.to_string(), deadline)),
             slot: Some(slot),
+            charge_to: Some((self.clone(), channel)),
         };
 
         let event = wit_event(input);
@@ -711,6 +712,9 @@ const OFFLOAD_DROP_BYTES: usize = 16 << 20;
 struct Sandbox {
     store: Option<wasmtime::Store<HostState>>,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The plugin and channel whose time share pays for a drop done on
+    /// another thread (an inline drop is inside the call's own charge).
+    charge_to: Option<(Arc<Plugin>, Option<i64>)>,
 }
 
 impl std::ops::Deref for Sandbox {
@@ -742,9 +746,15 @@ impl Drop for Sandbox {
         if store.data().limiter.held() > OFFLOAD_DROP_BYTES
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
+            let charge_to = self.charge_to.take();
             runtime.spawn_blocking(move || {
+                let started = Instant::now();
                 drop(store);
                 drop(slot);
+                // Unmapping what a call grew is work the call caused.
+                if let Some((plugin, channel)) = charge_to {
+                    plugin.share.spend(channel, started.elapsed());
+                }
             });
         }
     }
