@@ -1898,3 +1898,60 @@ async fn a_plugin_bot_that_fails_hands_the_chat_to_agents() {
     assert!(customer.requests().is_empty());
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_token_url_the_outbound_policy_refuses_ends_the_bot_request_at_once() {
+    // The provider and the customer's integrator on 127.0.0.2, which the
+    // strict policy below allows; the token endpoint behind `localhost`,
+    // which resolves to addresses it refuses.
+    let provider = Integrator::start_on("127.0.0.2:0").await;
+    let customer = Integrator::start_on("127.0.0.2:0").await;
+    let tokens = Integrator::start().await;
+    let token_url = format!("http://localhost:{}/token", tokens.addr.port());
+    let hub = TestHub::start().await;
+    let _ann = hub.create_agent("Ann", "ann@example.com").await;
+    let web = channel(&hub, "web", &customer, None, &["ann@example.com"]).await;
+    create_bot(
+        &hub,
+        json!({ "name": "Secure", "endpoint": provider.url, "token": TOKEN, "channels": ["web"],
+                "auth": { "token_url": token_url, "client_id": "hub", "secret": "s3cret" } }),
+    )
+    .await;
+    let config = hub.dir.path().join("hub.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        format!("{text}\n[outbound]\nprivate = \"deny\"\nallow = [\"127.0.0.2\"]\n"),
+    )
+    .expect("write config");
+    hub.running().reload().await.expect("reload");
+
+    hub.say(&web, json!(31), "hello").await;
+    let dead = eventually(WAIT, "the bot request dead-lettered", || async {
+        let (_, list) = admin(&hub, Method::GET, "/admin/v1/deliveries?state=dead", None).await;
+        list["deliveries"]
+            .as_array()?
+            .iter()
+            .find(|d| {
+                d["target_url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(&provider.url))
+            })
+            .cloned()
+    })
+    .await;
+    // Final at the first attempt: a refused address does not come back in 3 s.
+    assert_eq!(dead["attempts"], 1, "{dead}");
+    let error = dead["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("token request failed: `localhost` resolves to")
+            && error.ends_with("refused by `[outbound] private = \"deny\"`"),
+        "{error}"
+    );
+    assert!(
+        tokens.requests().is_empty(),
+        "the token endpoint was called"
+    );
+    assert!(provider.requests().is_empty(), "the provider was called");
+    hub.shutdown().await;
+}

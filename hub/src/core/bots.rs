@@ -28,6 +28,7 @@ use crate::core::webhooks;
 use crate::delivery::Final;
 use crate::event::{Direction, Event, EventKind};
 use crate::ids::constant_time_eq;
+use crate::outbound::ExchangeError;
 use crate::outbound::oauth::{Credentials, bearer_header};
 use crate::pipeline::{Routed, record_effects};
 use crate::runtime::Action;
@@ -524,15 +525,14 @@ impl Conversations {
     pub(super) async fn bot_request_headers(
         &self,
         row: &Claimed,
-    ) -> Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String> {
+    ) -> Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, ExchangeError> {
         let Some(chat_id) = row.chat_id else {
             return Ok(Vec::new());
         };
-        let chat_bot = self
-            .store
-            .chat_bot(chat_id)
-            .await
-            .map_err(|e| format!("cannot read the chat's bot: {e}"))?;
+        let chat_bot =
+            self.store.chat_bot(chat_id).await.map_err(|e| {
+                ExchangeError::Transient(format!("cannot read the chat's bot: {e}"))
+            })?;
         let directory = self.bots();
         let Some(auth) = chat_bot
             .and_then(|cb| directory.by_id(cb.bot_id))

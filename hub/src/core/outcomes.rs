@@ -14,6 +14,7 @@ use crate::core::conversations::{Conversations, CoreError};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::{BoxFuture, Final, Finisher, Staged};
 use crate::event::{Direction, Event, EventKind};
+use crate::outbound::ExchangeError;
 use crate::pipeline::{Verdict, record_effects};
 use crate::runtime::{Forward, KvWrites};
 use crate::store::chats::{
@@ -237,7 +238,7 @@ impl Finisher for Conversations {
     fn request_headers<'a>(
         &'a self,
         row: &'a Claimed,
-    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, ExchangeError>> {
         Box::pin(self.bot_request_headers(row))
     }
 }

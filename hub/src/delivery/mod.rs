@@ -19,7 +19,7 @@ pub use policy::Policies;
 use crate::clock::now_ms;
 use crate::obs::{self, DeliveryResult};
 use crate::outbound::signing::{self, Secret};
-use crate::outbound::{AnswerRule, Attempt, DeliveryId, HttpSender, Request};
+use crate::outbound::{AnswerRule, Attempt, DeliveryId, ExchangeError, HttpSender, Request};
 use crate::pipeline::wiring::WiringHandle;
 use crate::store::{Claimed, Retry, RowKind, Store, StoreError};
 
@@ -62,11 +62,12 @@ pub trait Finisher: Send + Sync + 'static {
     fn answer_locally<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Final, StoreError>>;
 
     /// Headers a row's request needs besides its destination's (a bot
-    /// provider's bearer token); an error counts as a failed attempt.
+    /// provider's bearer token); an error counts as a failed attempt, and
+    /// ends the row when it is final (a token URL the policy refuses).
     fn request_headers<'a>(
         &'a self,
         row: &'a Claimed,
-    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<(::http::HeaderName, ::http::HeaderValue)>, ExchangeError>>;
 }
 
 /// Wakes the deliverer when something was queued.
@@ -285,7 +286,7 @@ impl Deliverer {
                 };
                 self.sender.send(request, answer_rule(row)).await
             }
-            Err(reason) => Attempt::Transient(reason),
+            Err(failure) => failure.into_attempt(),
         };
         obs::attempt(attempt_no);
         // A final result counts the attempt that ended it.

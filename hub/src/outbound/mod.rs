@@ -152,6 +152,35 @@ enum PostError {
     Transient(String),
 }
 
+/// Why an exchange brought no answer: `Final` when trying again cannot help
+/// (an invalid URL, an address the outbound policy refuses), `Transient`
+/// otherwise. Shows as the reason alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExchangeError {
+    #[error("{0}")]
+    Final(String),
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl ExchangeError {
+    /// The same kind of failure with its reason rewritten.
+    pub fn map(self, f: impl FnOnce(String) -> String) -> ExchangeError {
+        match self {
+            ExchangeError::Final(r) => ExchangeError::Final(f(r)),
+            ExchangeError::Transient(r) => ExchangeError::Transient(f(r)),
+        }
+    }
+
+    /// What this failure means to a delivery attempt.
+    pub fn into_attempt(self) -> Attempt {
+        match self {
+            ExchangeError::Final(r) => Attempt::Rejected(r),
+            ExchangeError::Transient(r) => Attempt::Transient(r),
+        }
+    }
+}
+
 /// The hub's HTTP client: a keep-alive pool, HTTP and HTTPS (webpki roots),
 /// connecting only where the outbound [`Policy`] allows. Redirects are not
 /// followed: a 3xx is an answer like any other (final, not a 2xx).
@@ -222,16 +251,21 @@ impl HttpSender {
         }
     }
 
-    /// Makes one POST and returns the answer as it came (a plugin's `send`);
-    /// an answer larger than the cap, like a failed request, is an error.
-    pub async fn exchange(&self, request: Request<'_>) -> Result<(StatusCode, Bytes), String> {
+    /// Makes one POST and returns the answer as it came (a plugin's `send`,
+    /// a token request); an answer larger than the cap, like a failed
+    /// request, is an error.
+    pub async fn exchange(
+        &self,
+        request: Request<'_>,
+    ) -> Result<(StatusCode, Bytes), ExchangeError> {
         match self.post(request).await {
             Ok((status, Some(body))) => Ok((status, body)),
-            Ok((_, None)) => Err(format!(
+            Ok((_, None)) => Err(ExchangeError::Transient(format!(
                 "the answer is larger than {} KiB",
                 MAX_RESPONSE_BYTES / 1024
-            )),
-            Err(PostError::Invalid(r) | PostError::Transient(r)) => Err(r),
+            ))),
+            Err(PostError::Invalid(r)) => Err(ExchangeError::Final(r)),
+            Err(PostError::Transient(r)) => Err(ExchangeError::Transient(r)),
         }
     }
 
@@ -569,7 +603,7 @@ mod tests {
             }
             let exchanged = strict.exchange(post(&url)).await;
             assert!(
-                exchanged.as_ref().is_err_and(|e| e.contains("loopback")),
+                matches!(&exchanged, Err(ExchangeError::Final(e)) if e.contains("loopback")),
                 "{url}: {exchanged:?}"
             );
         }

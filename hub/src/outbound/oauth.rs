@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue};
 
-use super::{HttpSender, Request};
+use super::{ExchangeError, HttpSender, Request};
 
 /// Who the hub is to the provider's token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -53,7 +53,7 @@ impl TokenCache {
 
     /// A valid token for `c`: the cached one, or a new one when it is due
     /// for renewal (or there is none).
-    pub async fn token(&self, c: &Credentials) -> Result<String, String> {
+    pub async fn token(&self, c: &Credentials) -> Result<String, ExchangeError> {
         if let Some(token) = self.fresh(c) {
             return Ok(token);
         }
@@ -112,7 +112,7 @@ impl TokenCache {
         self.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn fetch(&self, c: &Credentials) -> Result<(String, Duration), String> {
+    async fn fetch(&self, c: &Credentials) -> Result<(String, Duration), ExchangeError> {
         let body = format!(
             "grant_type=client_credentials&client_id={}&client_secret={}",
             form_encode(&c.client_id),
@@ -130,11 +130,13 @@ impl TokenCache {
             .sender
             .exchange(request)
             .await
-            .map_err(|e| format!("token request failed: {e}"))?;
+            .map_err(|e| e.map(|r| format!("token request failed: {r}")))?;
         if !status.is_success() {
-            return Err(format!("the token endpoint answered {status}"));
+            return Err(ExchangeError::Transient(format!(
+                "the token endpoint answered {status}"
+            )));
         }
-        read_token(&answer)
+        read_token(&answer).map_err(ExchangeError::Transient)
     }
 }
 

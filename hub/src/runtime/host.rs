@@ -309,10 +309,12 @@ impl bindings::hub::plugin::host::Host for HostState {
                 ..Request::post(&target.url, payload, timeout)
             })
             .await;
-        Ok(answer.map(|(status, body)| Response {
-            status: status.as_u16(),
-            body: String::from_utf8_lossy(&body).into_owned(),
-        }))
+        Ok(answer
+            .map(|(status, body)| Response {
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&body).into_owned(),
+            })
+            .map_err(|e| e.to_string()))
     }
 }
 

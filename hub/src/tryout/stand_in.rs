@@ -119,7 +119,7 @@ impl Shared {
                         status: status.as_u16(),
                         body: String::from_utf8_lossy(&body).into_owned(),
                     },
-                    Err(e) => Answer::Failed(e),
+                    Err(e) => Answer::Failed(e.to_string()),
                 };
                 (answer, true, false)
             }
