@@ -138,8 +138,8 @@ pub(crate) fn parse_event(bytes: &[u8]) -> Result<(BotEvent, Value), (StatusCode
         Some(_) => {}
     }
     let payload = with_timestamp(payload);
-    let event: BotEvent = serde_json::from_value(payload.clone())
-        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    let event: BotEvent = crate::http::respond::from_value(payload.clone())
+        .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
     Ok((event, payload))
 }
 

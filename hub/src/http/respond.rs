@@ -156,7 +156,26 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     if let Some(dup) = plugin_api::json::duplicate_key(bytes) {
         return Err(dup.to_string());
     }
-    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(named)?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+/// A JSON value read as `T`; a type error names where it is.
+pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(named)
+}
+
+/// serde's reason, after the path of the field it is about (`sender.id:
+/// invalid type…`); at the root (a missing field, say) the reason alone.
+fn named<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    if path == "." {
+        e.inner().to_string()
+    } else {
+        format!("{path}: {}", e.inner())
+    }
 }
 
 /// The token of an `Authorization: Bearer …` header.
@@ -216,6 +235,38 @@ mod tests {
 
     fn nested(levels: usize) -> String {
         format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code, reason = "only parsed")]
+    struct Body {
+        sender: Sender,
+        items: Vec<Sender>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code, reason = "only parsed")]
+    struct Sender {
+        id: u64,
+    }
+
+    #[test]
+    fn a_type_error_names_the_field_it_is_about() {
+        let err = parse_json::<Body>(br#"{"sender":{"id":true},"items":[]}"#).expect_err("bool");
+        assert!(
+            err.starts_with("sender.id: invalid type: boolean `true`"),
+            "{err}"
+        );
+        let err = parse_json::<Body>(br#"{"sender":{"id":1},"items":[{"id":1},{"id":"x"}]}"#)
+            .expect_err("string");
+        assert!(err.starts_with("items[1].id: invalid type"), "{err}");
+        let err = parse_json::<Body>(br#"{"items":[]}"#).expect_err("missing");
+        assert_eq!(err, "missing field `sender` at line 1 column 12");
+        let err = parse_json::<Body>(br#"{"sender":{"id":1},"items":[]} x"#).expect_err("trailing");
+        assert!(err.starts_with("trailing characters"), "{err}");
+        let err = from_value::<Body>(serde_json::json!({"sender": {"id": -1}, "items": []}))
+            .expect_err("negative");
+        assert!(err.starts_with("sender.id: invalid value"), "{err}");
     }
 
     #[test]

@@ -725,7 +725,11 @@ pub(crate) fn parse_call(endpoint: &str, b: &[u8]) -> Result<WidgetAction, Strin
                 return Err("fields must be an array".to_owned());
             }
             let fields: Vec<CustomDataField> =
-                serde_json::from_value(fields).map_err(|e| format!("fields: {e}"))?;
+                crate::http::respond::from_value(fields).map_err(|e| {
+                    // `[3].key: …` reads as `fields[3].key: …`.
+                    let sep = if e.starts_with('[') { "" } else { ": " };
+                    format!("fields{sep}{e}")
+                })?;
             WidgetAction::CustomData(fields)
         }
         "user-token" => {
