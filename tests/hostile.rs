@@ -253,18 +253,7 @@ async fn edges(
     agent: &TestAgent,
     ch: &TestChannel,
 ) -> Vec<(&'static str, &'static str, String, String)> {
-    let provider = Integrator::start().await;
-    let (status, bot) = hub
-        .admin(
-            Method::POST,
-            "/admin/v1/bots",
-            Some(
-                json!({ "name": "Assistant", "endpoint": provider.url, "token": BOT_TOKEN,
-                         "channels": [] }),
-            ),
-        )
-        .await;
-    assert_eq!(status, 201, "{bot}");
+    let (bot, _provider) = bot_of(hub).await;
     let webhooks = bot["webhooks_url"].as_str().expect("webhooks_url");
     let json = "content-type: application/json\r\n";
     vec![
@@ -606,18 +595,7 @@ async fn a_source_that_fails_its_credentials_too_often_waits_even_with_the_right
     .await;
     assert_eq!(resp.status(), 200, "another source");
     // A bot's token, counted per bot and source.
-    let provider = Integrator::start().await;
-    let (status, bot) = hub
-        .admin(
-            Method::POST,
-            "/admin/v1/bots",
-            Some(
-                json!({ "name": "Assistant", "endpoint": provider.url, "token": BOT_TOKEN,
-                         "channels": [] }),
-            ),
-        )
-        .await;
-    assert_eq!(status, 201, "{bot}");
+    let (bot, _provider) = bot_of(&hub).await;
     let right = bot["webhooks_url"].as_str().expect("url").to_owned();
     let wrong = right.replace(BOT_TOKEN, "guessed-token");
     for _ in 0..3 {
@@ -632,4 +610,21 @@ async fn a_source_that_fails_its_credentials_too_often_waits_even_with_the_right
     let resp = post_from(&hub, &right, "198.51.100.2", &json!({})).await;
     assert_eq!(resp.status(), 400, "another source reaches the bot");
     assert!(stored(&agent, "g").await.is_empty());
+}
+
+/// A bot (on no channel) with `BOT_TOKEN`, and the provider it would post to.
+async fn bot_of(hub: &TestHub) -> (Value, Integrator) {
+    let provider = Integrator::start().await;
+    let (status, bot) = hub
+        .admin(
+            Method::POST,
+            "/admin/v1/bots",
+            Some(
+                json!({ "name": "Assistant", "endpoint": provider.url, "token": BOT_TOKEN,
+                         "channels": [] }),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{bot}");
+    (bot, provider)
 }

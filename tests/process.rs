@@ -1087,3 +1087,18 @@ async fn json_logs_are_one_object_per_line_with_the_event_channel_and_chat() {
         "{delivered}"
     );
 }
+
+#[tokio::test]
+async fn an_invalid_log_level_is_refused_naming_the_key() {
+    let (_dir, config) = setup(&HubOptions {
+        extra_toml: "[log]\nlevel = \"info,,=x\"\n".into(),
+        ..HubOptions::default()
+    });
+    let o = hub_cli(&config, &["check"], &[]);
+    assert!(!o.status.success(), "{}", stderr_of(&o));
+    assert!(
+        stderr_of(&o).contains("hub.toml: log.level: `info,,=x` is not a log filter"),
+        "{}",
+        stderr_of(&o)
+    );
+}

@@ -48,20 +48,7 @@ pub async fn kill9_series(mode: &Mode, o: &mut Outcome) -> Result<(), String> {
     let rec = Recorder::start().await?;
     let mut hub = Hub::start(&dir, &spec_delivery()).await?;
     o.watch_log(hub.log_path());
-    let token = hub.create_agent("Ann", AGENT).await?;
-    let channel = hub
-        .create_channel("load", &format!("{}/replies", rec.url), &[AGENT])
-        .await?;
-    let load = Load::start(
-        Target {
-            base: hub.base.clone(),
-            endpoint_url: channel.endpoint_url.clone(),
-            token: token.clone(),
-            tag: "k9".to_owned(),
-        },
-        4,
-        2,
-    );
+    let (token, _, load) = steady_load(&hub, &rec, "k9").await?;
     let mut rng = Rng::new(mode.seed);
     // (killed at, restarted at): a restarted hub may deliver before its
     // first `/healthz` answer, so delays count from the restart itself.
@@ -175,20 +162,7 @@ pub async fn sigterm_drain(mode: &Mode, o: &mut Outcome) -> Result<(), String> {
     )
     .await?;
     o.watch_log(hub.log_path());
-    let token = hub.create_agent("Ann", AGENT).await?;
-    let channel = hub
-        .create_channel("load", &format!("{}/replies", rec.url), &[AGENT])
-        .await?;
-    let load = Load::start(
-        Target {
-            base: hub.base.clone(),
-            endpoint_url: channel.endpoint_url.clone(),
-            token: token.clone(),
-            tag: "td".to_owned(),
-        },
-        4,
-        2,
-    );
+    let (token, endpoint_url, load) = steady_load(&hub, &rec, "td").await?;
     tokio::time::sleep(Duration::from_millis(mode.pick(1500, 6000))).await;
     // A slow integrator now, so deliveries are in flight when the signal comes.
     let slow = Duration::from_millis(300);
@@ -197,7 +171,7 @@ pub async fn sigterm_drain(mode: &Mode, o: &mut Outcome) -> Result<(), String> {
     let term = Instant::now();
     hub.sigterm()?;
     // A new client after the signal: refused, or answered without a 2xx.
-    let (addr, path) = (hub.addr, wire::path_of(&channel.endpoint_url));
+    let (addr, path) = (hub.addr, wire::path_of(&endpoint_url));
     let probe = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let body = br#"{"sender":{"id":"td-probe"},"message":{"type":"text","text":"td-probe"}}"#;
@@ -308,4 +282,29 @@ fn nothing_lost(o: &mut Outcome, stored: &Stored, delivered: &Delivered) {
             some(&delivered.id_changed)
         )
     });
+}
+
+/// Ann, a channel whose replies go to `rec`, and a steady load on it: four
+/// customers writing and two repliers answering, tagged `tag`. Returns Ann's
+/// token, the channel's endpoint and the load.
+async fn steady_load(
+    hub: &Hub,
+    rec: &Recorder,
+    tag: &str,
+) -> Result<(String, String, Load), String> {
+    let token = hub.create_agent("Ann", AGENT).await?;
+    let channel = hub
+        .create_channel("load", &format!("{}/replies", rec.url), &[AGENT])
+        .await?;
+    let load = Load::start(
+        Target {
+            base: hub.base.clone(),
+            endpoint_url: channel.endpoint_url.clone(),
+            token: token.clone(),
+            tag: tag.to_owned(),
+        },
+        4,
+        2,
+    );
+    Ok((token, channel.endpoint_url, load))
 }

@@ -421,29 +421,15 @@ async fn endless_chunked(addr: std::net::SocketAddr, path: &str) -> Result<(Stri
             counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
     });
-    let mut bytes = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut closed = false;
     let mut answered = None;
     // After its answer the hub must stop taking the body: close, not drain forever.
     let deadline = started + Duration::from_secs(10);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        if answered.is_none() && !wire::parse_answers(&bytes, false).is_empty() {
+    let (bytes, closed) = read_until(&mut read, deadline, |bytes| {
+        if answered.is_none() && !wire::parse_answers(bytes, false).is_empty() {
             answered = Some(started.elapsed());
         }
-        match tokio::time::timeout(left, read.read(&mut buf)).await {
-            Err(_) => break,
-            Ok(Ok(0) | Err(_)) => {
-                closed = true;
-                break;
-            }
-            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
-        }
-    }
+    })
+    .await;
     let elapsed = started.elapsed();
     writer.abort();
     let answers = wire::parse_answers(&bytes, closed);
@@ -503,24 +489,8 @@ async fn slowloris(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
-    let mut bytes = Vec::new();
-    let mut buf = vec![0u8; 4096];
-    let mut closed = false;
     let deadline = started + Duration::from_millis(timeout + 5000);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match tokio::time::timeout(left, read.read(&mut buf)).await {
-            Err(_) => break,
-            Ok(Ok(0) | Err(_)) => {
-                closed = true;
-                break;
-            }
-            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
-        }
-    }
+    let (bytes, closed) = read_until(&mut read, deadline, |_| {}).await;
     let elapsed = started.elapsed();
     writer.abort();
     let status = wire::parse_answers(&bytes, closed)
@@ -823,4 +793,29 @@ pub async fn auth(_mode: &Mode, o: &mut Outcome) -> Result<(), String> {
     o.fig("checks", checks.len() + 6);
     o.fig("answers", answers.join(" "));
     Ok(())
+}
+
+/// What the hub sends until it closes the connection (`true`) or `deadline`
+/// passes; `seen` looks at everything read so far after each read.
+async fn read_until(
+    read: &mut tokio::net::tcp::OwnedReadHalf,
+    deadline: Instant,
+    mut seen: impl FnMut(&[u8]),
+) -> (Vec<u8>, bool) {
+    let mut bytes = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (bytes, false);
+        }
+        match tokio::time::timeout(left, read.read(&mut buf)).await {
+            Err(_) => return (bytes, false),
+            Ok(Ok(0) | Err(_)) => return (bytes, true),
+            Ok(Ok(n)) => {
+                bytes.extend_from_slice(&buf[..n]);
+                seen(&bytes);
+            }
+        }
+    }
 }

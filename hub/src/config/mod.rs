@@ -671,6 +671,13 @@ impl Config {
     /// in what loading derives from the checked values: the destination
     /// headers with `${VAR}` read through `env`.
     fn check(&mut self, overrides: &Overrides, env: &Env, problems: &mut Vec<String>) {
+        // Checked whether or not `RUST_LOG` overrides it, so that `hub check`
+        // tells before the day the variable is not set.
+        if let Some(level) = &self.log.level
+            && let Err(e) = tracing_subscriber::EnvFilter::try_new(level)
+        {
+            problems.push(format!("log.level: `{level}` is not a log filter: {e}"));
+        }
         if let Some(url) = &self.server.public_url
             && !is_http_url(url)
         {
