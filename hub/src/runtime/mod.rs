@@ -10,6 +10,7 @@ mod host;
 mod plugin;
 mod sanitize;
 mod share;
+mod threads;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -133,6 +134,8 @@ struct Inner {
     /// Linear memory of every running call together.
     memory: host::MemoryBudget,
     counters: Counters,
+    /// Where calls that outlive their first tick go on running.
+    threads: threads::PluginThreads,
     _ticker: engine::Ticker,
 }
 
@@ -152,6 +155,7 @@ impl Runtime {
         let engine = engine::build(slots).map_err(|e| RuntimeError(format!("{e:#}")))?;
         let linker = host::linker(&engine).map_err(|e| RuntimeError(format!("{e:#}")))?;
         let ticker = engine::Ticker::start(&engine).map_err(|e| RuntimeError(e.to_string()))?;
+        let threads = threads::PluginThreads::start().map_err(|e| RuntimeError(e.to_string()))?;
         Ok(Runtime {
             inner: Arc::new(Inner {
                 engine,
@@ -160,6 +164,7 @@ impl Runtime {
                 slots: Arc::new(Semaphore::new(slots as usize)),
                 memory: host::MemoryBudget::new(memory_bytes),
                 counters: Counters::default(),
+                threads,
                 _ticker: ticker,
             }),
         })

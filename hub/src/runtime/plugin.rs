@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -103,7 +105,7 @@ struct Charge<'a> {
 
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
-        self.share.spend(self.channel, self.since.elapsed());
+        self.share.call_ended(self.channel, self.since.elapsed());
     }
 }
 
@@ -377,7 +379,8 @@ impl Plugin {
         // Over its share, the channel's call waits rather than fails at once:
         // a client that floods is slowed down with it, instead of coming
         // back sooner with the next request.
-        let wait = self.share.wait(channel);
+        let admission = self.share.admit(channel);
+        let wait = admission.wait;
         if !wait.is_zero() {
             tokio::time::sleep(wait.min(self.limits.timeout)).await;
             if wait > self.limits.timeout {
@@ -408,30 +411,57 @@ impl Plugin {
             channel,
             since: Instant::now(),
         };
-        let mut store = Sandbox {
-            store: Some(self.sandbox(input.event.id.to_string(), deadline)),
+        let long = Arc::new(AtomicBool::new(false));
+        let store = Sandbox {
+            store: Some(self.sandbox(input.event.id.to_string(), deadline, long.clone())),
             slot: Some(slot),
             charge_to: Some((self.clone(), channel)),
         };
 
         let event = wit_event(input);
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut instantiated = Duration::ZERO;
         let started = Instant::now();
-        let run = async {
-            let instance = self
-                .pre
-                .instantiate_async(&mut *store)
-                .await
-                .map_err(Failure::Instantiate)?;
-            instantiated = started.elapsed();
-            instance
-                .call_handle(&mut *store, &event)
-                .await
-                .map_err(Failure::Call)
+        let pre = self.pre.clone();
+        // Owns its store, so that it can move to the plugin threads.
+        let run = async move {
+            let mut store = store;
+            let mut instantiated = Duration::ZERO;
+            let run = async {
+                let instance = pre
+                    .instantiate_async(&mut *store)
+                    .await
+                    .map_err(Failure::Instantiate)?;
+                instantiated = started.elapsed();
+                instance
+                    .call_handle(&mut *store, &event)
+                    .await
+                    .map_err(Failure::Call)
+            };
+            // The epoch deadline stops guest code; this one also bounds host calls.
+            let result = tokio::time::timeout(left, run).await;
+            (store, result, instantiated)
         };
-        // The epoch deadline stops guest code; this one also bounds host calls.
-        let result = tokio::time::timeout(left, run).await;
+        // Polled here until its first epoch tick; a call still running then
+        // goes on on the plugin threads, and this request thread is free. A
+        // channel whose calls are heavy starts them there.
+        let mut run = Box::pin(run);
+        let inline = if admission.heavy {
+            None
+        } else {
+            std::future::poll_fn(|cx| match run.as_mut().poll(cx) {
+                Poll::Ready(done) => Poll::Ready(Some(done)),
+                Poll::Pending if long.load(Ordering::Relaxed) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            })
+            .await
+        };
+        let done = match inline {
+            Some(done) => done,
+            None => self.runtime.inner.threads.run(run).await.ok_or_else(|| {
+                self.error(ErrorKind::Instantiate, "the plugin runtime is closed")
+            })?,
+        };
+        let (mut store, result, instantiated) = done;
         let called = started.elapsed();
         let state = store.data_mut();
         let (out_bytes, out_dropped) = self.log_stdio("stdout", &state.stdout.contents());
@@ -487,7 +517,12 @@ impl Plugin {
     }
 
     /// A fresh store for one call that must end by `deadline`.
-    fn sandbox(self: &Arc<Self>, label: String, deadline: Instant) -> wasmtime::Store<HostState> {
+    fn sandbox(
+        self: &Arc<Self>,
+        label: String,
+        deadline: Instant,
+        long: Arc<AtomicBool>,
+    ) -> wasmtime::Store<HostState> {
         let state = HostState::new(self.clone(), label, deadline);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -508,7 +543,11 @@ impl Plugin {
             }
             ticks = ticks.saturating_add(1);
             let pause: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match ticks {
-                1 => Box::pin(tokio::task::yield_now()),
+                1 => {
+                    // The caller sees this and moves the call.
+                    long.store(true, Ordering::Relaxed);
+                    Box::pin(tokio::task::yield_now())
+                }
                 2 => Box::pin(ctx.data().turn.clone().take(turns.clone())),
                 _ => Box::pin(tokio::time::sleep(engine::EPOCH_TICK)),
             };
@@ -529,7 +568,11 @@ impl Plugin {
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         let deadline = Instant::now() + self.limits.timeout;
-        let mut store = self.sandbox("validate-config".to_owned(), deadline);
+        let mut store = self.sandbox(
+            "validate-config".to_owned(),
+            deadline,
+            Arc::new(AtomicBool::new(false)),
+        );
         let run = async {
             let instance = self
                 .pre
@@ -741,20 +784,19 @@ impl Drop for Sandbox {
             return;
         };
         // A memory-hungry call (a memory bomb) must not cost the request
-        // thread the time to unmap what it grew; the slot stays taken until
-        // the store is really gone, so the pool is never over-committed.
+        // thread the time to unmap what it grew: the plugin threads' blocking
+        // pool does it, at their priority. The slot stays taken until the
+        // store is really gone, so the pool is never over-committed.
         if store.data().limiter.held() > OFFLOAD_DROP_BYTES
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && let Some((plugin, channel)) = self.charge_to.take()
         {
-            let charge_to = self.charge_to.take();
-            runtime.spawn_blocking(move || {
+            let threads = plugin.runtime.clone();
+            threads.inner.threads.spawn_blocking(move || {
                 let started = Instant::now();
                 drop(store);
                 drop(slot);
                 // Unmapping what a call grew is work the call caused.
-                if let Some((plugin, channel)) = charge_to {
-                    plugin.share.spend(channel, started.elapsed());
-                }
+                plugin.share.spend(channel, started.elapsed());
             });
         }
     }

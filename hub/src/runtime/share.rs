@@ -17,6 +17,14 @@ use std::time::{Duration, Instant};
 /// quarter of a second's share, so a burst of ordinary calls never waits.
 const BURST_SECS: f64 = 0.25;
 
+/// A channel whose calls of this plugin take this long on average has its
+/// calls started on the plugin threads: they are heavy, and a request
+/// thread is better spent on requests. Ordinary calls take tens of µs.
+const HEAVY_CALL_SECS: f64 = 200e-6;
+
+/// Weight of the latest call in the running average of call times.
+const AVERAGE_WEIGHT: f64 = 0.125;
+
 /// Past this many channels the idle buckets are swept before a new one is
 /// added (channels are few; this only bounds a mistake).
 const SWEEP_AT: usize = 4096;
@@ -33,6 +41,17 @@ struct Bucket {
     /// call, and then the channel's next call waits until it is back at zero.
     credit: f64,
     at: Instant,
+    /// Running average of this channel's call times, in seconds.
+    average: f64,
+}
+
+/// What a channel's next call must do before it starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Admission {
+    /// Zero while the channel is within its share.
+    pub wait: Duration,
+    /// The channel's calls are heavy: start this one on the plugin threads.
+    pub heavy: bool,
 }
 
 impl TimeShare {
@@ -45,24 +64,42 @@ impl TimeShare {
         }
     }
 
-    /// How long a call for `channel` must wait before it may start: zero
-    /// while the channel is within its share.
-    pub fn wait(&self, channel: Option<i64>) -> Duration {
+    /// How long a call for `channel` must wait before it may start, and
+    /// where it should run.
+    pub fn admit(&self, channel: Option<i64>) -> Admission {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let Some(bucket) = buckets.get_mut(&channel) else {
-            return Duration::ZERO;
+            return Admission {
+                wait: Duration::ZERO,
+                heavy: false,
+            };
         };
         self.refill(bucket, now);
-        if bucket.credit >= 0.0 {
+        let wait = if bucket.credit >= 0.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(-bucket.credit / self.per_sec)
+        };
+        Admission {
+            wait,
+            heavy: bucket.average >= HEAVY_CALL_SECS,
         }
     }
 
-    /// Charges `took` of call time to `channel`.
+    /// Charges a call that took `took` to `channel`, and counts it in the
+    /// channel's average call time.
+    pub fn call_ended(&self, channel: Option<i64>, took: Duration) {
+        self.charge(channel, took, true);
+    }
+
+    /// Charges `took` of work a call caused after it ended (giving its
+    /// memory back) to `channel`.
     pub fn spend(&self, channel: Option<i64>, took: Duration) {
+        self.charge(channel, took, false);
+    }
+
+    fn charge(&self, channel: Option<i64>, took: Duration, call: bool) {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= SWEEP_AT && !buckets.contains_key(&channel) {
@@ -71,12 +108,17 @@ impl TimeShare {
             buckets
                 .retain(|_, b| b.credit + now.duration_since(b.at).as_secs_f64() * per_sec < full);
         }
+        let took = took.as_secs_f64();
         let bucket = buckets.entry(channel).or_insert(Bucket {
             credit: self.burst,
             at: now,
+            average: took,
         });
         self.refill(bucket, now);
-        bucket.credit -= took.as_secs_f64();
+        bucket.credit -= took;
+        if call {
+            bucket.average += (took - bucket.average) * AVERAGE_WEIGHT;
+        }
     }
 
     fn refill(&self, bucket: &mut Bucket, now: Instant) {
@@ -100,17 +142,21 @@ mod tests {
         let flooded = Some(1);
         // Within the burst (0.125 s at half a core): no wait.
         share.spend(flooded, Duration::from_millis(100));
-        assert_eq!(share.wait(flooded), Duration::ZERO);
+        assert_eq!(share.admit(flooded).wait, Duration::ZERO);
         // A long call puts the channel in debt: 0.125 - 0.1 - 0.225 = -0.2 s,
         // earned back at 0.5 s per second: about 0.4 s.
         share.spend(flooded, Duration::from_millis(225));
-        let wait = share.wait(flooded);
+        let wait = share.admit(flooded).wait;
         assert!(
             wait > Duration::from_millis(350) && wait <= Duration::from_millis(400),
             "{wait:?}"
         );
-        assert_eq!(share.wait(Some(2)), Duration::ZERO, "another channel");
-        assert_eq!(share.wait(None), Duration::ZERO, "events of no channel");
+        assert_eq!(share.admit(Some(2)).wait, Duration::ZERO, "another channel");
+        assert_eq!(
+            share.admit(None).wait,
+            Duration::ZERO,
+            "events of no channel"
+        );
     }
 
     #[test]
@@ -118,8 +164,37 @@ mod tests {
         let share = TimeShare::new(1.0);
         for _ in 0..10_000 {
             // 10 000 calls of 20 µs in a burst: 0.2 s, within 0.25 s.
-            share.spend(Some(1), Duration::from_micros(20));
-            assert_eq!(share.wait(Some(1)), Duration::ZERO);
+            share.call_ended(Some(1), Duration::from_micros(20));
+            assert_eq!(
+                share.admit(Some(1)),
+                Admission {
+                    wait: Duration::ZERO,
+                    heavy: false
+                }
+            );
         }
+    }
+
+    #[test]
+    fn a_channel_of_heavy_calls_is_told_so_and_becomes_light_again() {
+        let share = TimeShare::new(1.0);
+        let (heavy, light) = (Some(1), Some(2));
+        for _ in 0..4 {
+            share.call_ended(heavy, Duration::from_millis(2));
+            share.call_ended(light, Duration::from_micros(20));
+        }
+        assert!(share.admit(heavy).heavy);
+        assert!(!share.admit(light).heavy);
+        // One slow call among light ones does not make a channel heavy.
+        share.call_ended(light, Duration::from_millis(1));
+        assert!(!share.admit(light).heavy);
+        // Light calls bring the heavy channel's average down.
+        for _ in 0..40 {
+            share.call_ended(heavy, Duration::from_micros(20));
+        }
+        assert!(!share.admit(heavy).heavy);
+        // Work after a call is charged but is not a call.
+        share.spend(light, Duration::from_millis(50));
+        assert!(!share.admit(light).heavy);
     }
 }
