@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use super::bindings::{self, HandlerPre};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use super::share::TimeShare;
+use super::threads::Metered;
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
@@ -101,11 +102,15 @@ struct Charge<'a> {
     share: &'a TimeShare,
     channel: Option<i64>,
     since: Instant,
+    /// CPU nanoseconds of the call's polls, wherever they ran.
+    spent: Arc<AtomicU64>,
 }
 
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
-        self.share.call_ended(self.channel, self.since.elapsed());
+        let cpu = Duration::from_nanos(self.spent.load(Ordering::Relaxed));
+        self.share
+            .call_ended(self.channel, self.since.elapsed(), cpu);
     }
 }
 
@@ -406,10 +411,12 @@ impl Plugin {
         // The deadline starts once the call has a slot: waiting is not running.
         let deadline = Instant::now() + self.limits.timeout;
         // Charged however the call ends.
+        let spent = Arc::new(AtomicU64::new(0));
         let _charge = Charge {
             share: &self.share,
             channel,
             since: Instant::now(),
+            spent: spent.clone(),
         };
         let long = Arc::new(AtomicBool::new(false));
         let store = Sandbox {
@@ -444,7 +451,7 @@ impl Plugin {
         // Polled here until its first epoch tick; a call still running then
         // goes on on the plugin threads, and this request thread is free. A
         // channel whose calls are heavy starts them there.
-        let mut run = Box::pin(run);
+        let mut run = Box::pin(Metered::new(run, spent));
         let inline = if admission.heavy {
             None
         } else {

@@ -12,6 +12,11 @@
 //! first.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// How much nicer than the hub the plugin threads are (19 is the lowest
 /// priority).
@@ -77,6 +82,68 @@ impl Drop for PluginThreads {
     }
 }
 
+/// A future whose polls are timed in CPU time of the thread that polls it,
+/// whichever that is: what a call costs the machine, without the time it
+/// waited for a thread, for the database or for a timer.
+pub struct Metered<F> {
+    inner: Pin<Box<F>>,
+    spent: Arc<AtomicU64>,
+}
+
+impl<F: Future> Metered<F> {
+    /// `spent` gathers the nanoseconds, also while the future is unfinished.
+    pub fn new(inner: F, spent: Arc<AtomicU64>) -> Metered<F> {
+        Metered {
+            inner: Box::pin(inner),
+            spent,
+        }
+    }
+}
+
+impl<F: Future> Future for Metered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let started = thread_cpu_time();
+        let poll = self.inner.as_mut().poll(cx);
+        let took = thread_cpu_time().saturating_sub(started);
+        self.spent.fetch_add(
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        poll
+    }
+}
+
+/// CPU time the calling thread has used.
+#[cfg(target_os = "linux")]
+#[allow(
+    unsafe_code,
+    reason = "clock_gettime writes only the timespec passed to it"
+)]
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, exclusively borrowed timespec.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Elsewhere, the time since the process started (wall time inside polls).
+#[cfg(not(target_os = "linux"))]
+fn thread_cpu_time() -> Duration {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
+}
+
 #[cfg(target_os = "linux")]
 #[allow(
     unsafe_code,
@@ -117,5 +184,28 @@ mod tests {
             .expect("ran");
         assert_eq!(name.as_deref(), Some("hub-plugin"));
         assert!(nice >= NICENESS, "niceness {nice}");
+    }
+
+    #[tokio::test]
+    async fn a_metered_future_counts_its_work_and_not_its_waits() {
+        let spent = Arc::new(AtomicU64::new(0));
+        let work = Metered::new(
+            async {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let started = std::time::Instant::now();
+                let mut x = 0u64;
+                while started.elapsed() < Duration::from_millis(20) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                x
+            },
+            spent.clone(),
+        );
+        work.await;
+        let spent = Duration::from_nanos(spent.load(Ordering::Relaxed));
+        assert!(
+            spent >= Duration::from_millis(15) && spent < Duration::from_millis(45),
+            "{spent:?}"
+        );
     }
 }
