@@ -28,6 +28,7 @@ use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
 use crate::store::chats::{chat_in_tx, set_chat_state};
 use crate::store::events::insert_event;
 use crate::store::ingress::{CustomerWrite, CustomerWritten};
+use crate::store::live::Generation;
 use crate::store::outgoing::OutgoingWrite;
 use crate::store::{
     Agent, Author, Channel, Chat, ChatState, Client, DeliveryState, MessageRow, NewDelivery, Store,
@@ -132,14 +133,15 @@ impl Conversations {
         let mut event = Event::new(kind, Direction::In, payload).on_channel(channel.id);
         // Plugins see the chat the message will join, when there is one
         // already; without routes nobody looks, so ingress skips the read.
+        let generation = Generation::now();
         if self.pipeline.has_routes() {
             event.chat_id = self
                 .store
-                .live_chat_of_sender(channel.id, &message.sender)
+                .live_chat_of_sender(generation, channel.id, &message.sender)
                 .await?;
         }
         let span = event.span();
-        self.ingest_customer_event(channel, message, event)
+        self.ingest_customer_event(channel, message, event, generation)
             .instrument(span)
             .await
     }
@@ -149,6 +151,7 @@ impl Conversations {
         channel: &Channel,
         message: CustomerMessage,
         event: Event,
+        generation: Generation,
     ) -> Result<Ingested, CoreError> {
         let routed = match self.pass(event, "customer message").await? {
             Passage::Through(routed) => *routed,
@@ -210,6 +213,17 @@ impl Conversations {
             ..
         } = written;
 
+        if let Some(chat) = &chat
+            && self.pipeline.has_routes()
+        {
+            // The next message of this sender finds its chat without a read.
+            self.store.remember_live_chat(
+                generation,
+                channel.id,
+                client.external_id.as_key(),
+                chat.id,
+            );
+        }
         if let Some(chat) = &chat {
             if opened {
                 self.publish(

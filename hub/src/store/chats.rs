@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use super::live::Generation;
 use super::{Ctx, Store, StoreError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -455,6 +456,8 @@ pub async fn insert_chat(
     client_id: i64,
     now: i64,
 ) -> Result<Chat, StoreError> {
+    // The client's newest live chat may be this one from now on.
+    super::live::chats_changed();
     let row = sqlx::query(&format!(
         "INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
          VALUES ($1, $2, 'open', $3, $3) RETURNING {CHAT_COLUMNS}"
@@ -525,6 +528,9 @@ pub async fn set_chat_state(
             "UPDATE chats SET state = $1, agent_id = $2, opened_at = $3 WHERE id = $4"
         }
     };
+    if state != ChatState::Accepted {
+        super::live::chats_changed();
+    }
     sqlx::query(sql)
         .bind(state.as_str())
         .bind(agent_id)
@@ -553,23 +559,52 @@ pub async fn set_message_delivery(
 }
 
 impl Store {
-    /// The open chat of the client `sender` names on a channel, if there is one.
+    /// The open chat of the client `sender` names on a channel, if there is
+    /// one; `at` was taken before the caller started (remembered chats count
+    /// only if no chat changed since).
     pub async fn live_chat_of_sender(
         &self,
+        at: Generation,
         channel_id: i64,
         sender: &CustomerSender,
     ) -> Result<Option<i64>, StoreError> {
+        let key = sender.id.as_key();
+        if let Some(chat) = self
+            .live_chats
+            .as_ref()
+            .and_then(|live| live.get(channel_id, &key))
+        {
+            return Ok(Some(chat));
+        }
         let row: Option<(i64,)> = sqlx::query_as(
             "SELECT h.id FROM chats h JOIN clients c ON h.client_id = c.id \
              WHERE c.channel_id = $1 AND c.external_key = $2 AND h.state <> 'closed' \
              ORDER BY h.id DESC LIMIT 1",
         )
         .bind(channel_id)
-        .bind(sender.id.as_key())
+        .bind(&key)
         .fetch_optional(self.pool())
         .await
         .ctx("finding the sender's chat")?;
-        Ok(row.map(|(id,)| id))
+        let chat = row.map(|(id,)| id);
+        if let (Some(live), Some(chat)) = (&self.live_chats, chat) {
+            live.put(at, channel_id, key, chat);
+        }
+        Ok(chat)
+    }
+
+    /// Remembers `chat` as the live chat of `sender_key` on a channel, as a
+    /// message just written to it found it.
+    pub fn remember_live_chat(
+        &self,
+        at: Generation,
+        channel_id: i64,
+        sender_key: String,
+        chat: i64,
+    ) {
+        if let Some(live) = &self.live_chats {
+            live.put(at, channel_id, sender_key, chat);
+        }
     }
 
     /// What webhook replies showed the agent in a chat, as stored.

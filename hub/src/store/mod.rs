@@ -11,6 +11,7 @@ pub mod crm;
 pub mod events;
 pub mod ingress;
 pub mod kv;
+pub mod live;
 pub mod notices;
 pub mod offline;
 pub mod outbox;
@@ -152,6 +153,8 @@ pub struct Store {
     /// PostgreSQL: this process's turn to write (see [`Store::begin_write`]).
     pg_turn: Arc<Mutex<()>>,
     channel_cache: Arc<channels::ChannelCache>,
+    /// Senders' live chats (SQLite only; see `live.rs`).
+    live_chats: Option<Arc<live::LiveChats>>,
     /// Whether commits fail now (SQLite's writer records it; PostgreSQL's
     /// commits here).
     health: Arc<writer::WriteHealth>,
@@ -355,6 +358,7 @@ impl Store {
             writer,
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
+            live_chats: (backend == Backend::Sqlite).then(Arc::default),
             health,
         };
         store.migrate().await?;
@@ -380,6 +384,7 @@ impl Store {
             writer: Some(writer),
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
+            live_chats: Some(Arc::default()),
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
             .iter()

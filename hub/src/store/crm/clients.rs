@@ -543,6 +543,7 @@ pub async fn live_chats(conn: &mut AnyConnection, id: i64) -> Result<i64, StoreE
 
 /// Deletes the client with its closed chats, deals, tasks, tags, contacts and block.
 pub async fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), StoreError> {
+    crate::store::live::chats_changed();
     sqlx::query("DELETE FROM clients WHERE id = $1")
         .bind(id)
         .execute(conn)

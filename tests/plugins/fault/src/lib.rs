@@ -64,6 +64,13 @@ impl Plugin for Fault {
                 host.log(Level::Info, &echo.to_string());
                 Ok(Outcome::pass())
             }
+            "note_chat" => {
+                // The chat the plugin was told, under the message's text.
+                let text = event.payload["message"]["text"].as_str().unwrap_or("");
+                let chat = event.chat_id.map_or("none".to_owned(), |c| c.to_string());
+                host.kv_set(&format!("chat:{text}"), &chat)?;
+                Ok(Outcome::pass())
+            }
             "kv_flood" => {
                 // New keys each event; refusals are answered, not fatal.
                 let count = config.u64_or("count", 1000)?;
