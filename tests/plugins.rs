@@ -399,6 +399,57 @@ async fn faulty_plugins_are_contained_and_skipped_while_traffic_flows() {
     }
 }
 
+#[tokio::test]
+async fn an_output_far_over_max_output_bytes_is_refused_by_its_size_alone() {
+    // 16 MiB against 64 KiB allowed: refused by its length in the guest's
+    // memory, before the hub copies it. Beside it, an output of exactly
+    // 64 KiB is copied and judged on what it says (a bare JSON string is no
+    // customer message).
+    let limits = "timeout_ms = 5000\nmemory_mb = 128\nmax_output_bytes = 65536";
+    let wiring = plugin_toml(
+        "exact",
+        "fault",
+        limits,
+        "fault = \"huge_output\"\nsize_bytes = 65534",
+    ) + &plugin_toml(
+        "huge",
+        "fault",
+        limits,
+        "fault = \"huge_output\"\nsize_bytes = 16777216",
+    ) + &route_toml(customer_route(), "\"exact\", \"huge\"", "skip");
+    let s = Setup::start(wiring).await;
+    s.hub.say(&s.web, json!(1), "still here").await;
+    let errors = |plugin: &str, kind: &str| {
+        format!("hub_plugin_errors_total{{plugin=\"{plugin}\",kind=\"{kind}\"}}")
+    };
+    assert_eq!(s.counter(&errors("exact", "invalid_output")).await, 1.0);
+    assert_eq!(s.counter(&errors("exact", "output_too_large")).await, 0.0);
+    assert_eq!(s.counter(&errors("huge", "output_too_large")).await, 1.0);
+    let (_, plugins) = s
+        .hub
+        .admin(reqwest::Method::GET, "/admin/v1/plugins", None)
+        .await;
+    let huge = plugins["plugins"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "huge"))
+        .cloned()
+        .unwrap_or_default();
+    // The limit it passed: 64 KiB, or a key-value write (64.5 KiB), plus 64 KiB.
+    let message = huge["counters"]["last_errors"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "more than 131584 bytes handed to the hub at once (an answer over \
+             max_output_bytes = 65536"
+        ),
+        "{huge}"
+    );
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["still here"], "both plugins are skipped");
+    s.hub.shutdown().await;
+}
+
 /// One customer message on `ch` from `sender`; the status.
 async fn post(s: &Setup, ch: &TestChannel, sender: i64, text: &str) -> u16 {
     s.hub
@@ -1389,5 +1440,63 @@ async fn key_value_writes_are_kept_only_with_the_event_they_belong_to() {
     let key = format!("rate:{}:5", s.web.raw["id"]);
     let kept = s.hub.store().kv_get("spam-guard", &key).await.expect("kv");
     assert!(kept.is_some(), "the write of a stored event is kept");
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn plugins_see_the_chat_a_message_joins_and_never_a_closed_one() {
+    let wiring = plugin_toml("note", "fault", "kv = true", "fault = \"note_chat\"")
+        + &route_toml(customer_route(), "\"note\"", "reject");
+    let s = Setup::start(wiring).await;
+    let seen = |text: &'static str| {
+        let store = s.hub.store().clone();
+        async move {
+            store
+                .kv_get("note", &format!("chat:{text}"))
+                .await
+                .expect("kv")
+                .unwrap_or_default()
+        }
+    };
+    s.hub.say(&s.web, json!(5), "first").await;
+    assert_eq!(
+        seen("first").await,
+        "none",
+        "no chat before the first message"
+    );
+    let chat = s.ann.chats().await[0]["id"].as_i64().expect("chat id");
+    // Told by the read after the first message, then by what the hub
+    // remembers of the messages it wrote.
+    for text in ["second", "third", "fourth"] {
+        s.hub.say(&s.web, json!(5), text).await;
+        assert_eq!(seen(text).await, chat.to_string(), "{text}");
+    }
+    let (status, v) = s
+        .ann
+        .send(
+            reqwest::Method::POST,
+            &format!("/agent/v1/chats/{chat}/close"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    s.hub.say(&s.web, json!(5), "after close").await;
+    assert_eq!(
+        seen("after close").await,
+        "none",
+        "the closed chat was shown to the plugin"
+    );
+    s.hub.say(&s.web, json!(5), "again").await;
+    let newer = seen("again").await;
+    assert!(
+        newer != "none" && newer != chat.to_string(),
+        "the new chat: {newer}"
+    );
+    // Another sender on the same channel has a chat of its own.
+    s.hub.say(&s.web, json!(6), "other").await;
+    assert_eq!(seen("other").await, "none");
+    s.hub.say(&s.web, json!(6), "other again").await;
+    let other = seen("other again").await;
+    assert!(other != "none" && other != newer, "{other} vs {newer}");
     s.hub.shutdown().await;
 }

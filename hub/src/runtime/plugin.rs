@@ -533,6 +533,10 @@ impl Plugin {
         let state = HostState::new(self.clone(), label, deadline);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // What the guest hands the hub in one go (its answer, a host call's
+        // arguments) is measured before it is copied: past this many bytes it
+        // is refused without the hub allocating it.
+        store.set_hostcall_fuel(self.hostcall_fuel());
         // Guest code gives the thread back at every epoch tick, so a busy
         // loop shares the request threads instead of holding one until its
         // deadline; past the deadline the next tick stops it. Ordinary calls
@@ -622,6 +626,21 @@ impl Plugin {
         if let Some((kind, message)) = &state.failure {
             return self.error(*kind, message.clone());
         }
+        // wasmtime's own error for data past the store's hostcall fuel.
+        if e.chain()
+            .any(|cause| cause.to_string().contains("fuel allocated for hostcalls"))
+        {
+            return self.error(
+                ErrorKind::OutputTooLarge,
+                format!(
+                    "more than {} bytes handed to the hub at once (an answer over \
+                     max_output_bytes = {}, or a host call's arguments), refused before \
+                     it was copied",
+                    self.hostcall_fuel(),
+                    self.limits.max_output_bytes
+                ),
+            );
+        }
         if state.limiter.budget_spent {
             return self.error(
                 ErrorKind::Memory,
@@ -649,6 +668,19 @@ impl Plugin {
         // One line: what trapped and where; the whole backtrace at debug level.
         tracing::debug!(plugin = %self.name, backtrace = %format!("{e:?}"), "plugin trap");
         self.error(ErrorKind::Trap, trap_summary(e))
+    }
+
+    /// Bytes the guest may hand the hub in one answer or host call: its
+    /// output limit, with room for a key-value write and the list overhead of
+    /// its forwards, so that only what would be refused anyway is refused
+    /// here (sizes between the output limit and this one are refused by
+    /// `check`, after the copy, as before).
+    fn hostcall_fuel(&self) -> usize {
+        const SLACK: usize = 64 * 1024;
+        self.limits
+            .max_output_bytes
+            .max(super::host::MAX_VALUE_BYTES + super::host::MAX_KEY_BYTES)
+            .saturating_add(SLACK)
     }
 
     /// Parses the guest's outcome and holds it to the plugin's limits and grants.
