@@ -209,10 +209,11 @@ fn default_plugin_max_concurrency() -> u32 {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     u32::try_from(cores.saturating_sub(1).max(1)).unwrap_or(1)
 }
-/// Every core but one, as `max_concurrency`: the hub keeps a core whatever
-/// one channel's events cost.
+/// Half of the plugin threads (every core but one): one channel's flood of
+/// heavy calls leaves the other half to the heavy calls of other channels,
+/// and a core to the requests.
 fn default_plugin_time_share() -> f64 {
-    f64::from(default_plugin_max_concurrency())
+    f64::from(default_plugin_max_concurrency()) / 2.0
 }
 fn default_plugin_max_forwards() -> usize {
     10
