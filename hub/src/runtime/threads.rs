@@ -153,6 +153,7 @@ fn lower_priority() {
     // On Linux a thread's niceness is its own: `who = 0` with PRIO_PROCESS
     // names the calling thread only. Failing leaves the thread at the hub's
     // priority, which is still correct, only less protective.
+    // SAFETY: both calls take integers only and touch no memory of ours.
     unsafe {
         let now = libc::getpriority(libc::PRIO_PROCESS, 0);
         libc::setpriority(libc::PRIO_PROCESS, 0, (now + NICENESS).min(19));
