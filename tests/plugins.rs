@@ -536,12 +536,14 @@ async fn a_busy_plugin_on_one_channel_leaves_the_others_served() {
 
 #[tokio::test]
 async fn a_channel_that_used_up_a_plugins_time_share_waits_and_the_other_channels_do_not() {
-    // 50 ms of calls per second per channel; each call sleeps past its 50 ms.
+    // 10 ms of calls per second per channel; each call spins until its
+    // 400 ms are up, running tens of them (a long call pauses a tick between
+    // slices, and the plugin threads yield to everyone else).
     let wiring = plugin_toml(
         "fault",
         "fault",
-        "timeout_ms = 50\ntime_share = 0.05",
-        "fault = \"sleep\"\nsecs = 5",
+        "timeout_ms = 400\ntime_share = 0.01",
+        "fault = \"loop\"",
     ) + &format!(
         "[[routes]]\nevents = [{}]\nchannels = [\"web\", \"other\"]\nplugins = [\"fault\"]\non_error = \"skip\"\n",
         customer_route()
@@ -562,8 +564,8 @@ async fn a_channel_that_used_up_a_plugins_time_share_waits_and_the_other_channel
     };
     assert_eq!(post(&s, &s.web, 1, "first").await, 200);
     assert_eq!(kind("timeout").await, 1.0);
-    // `web` spent 50 ms against 12.5 ms of credit: its next call would have
-    // to wait 0.75 s, longer than the call may last, so it fails as busy.
+    // `web` ran more than its 2.5 ms of credit: its next call would have to
+    // wait longer than the call may last, so it fails as busy.
     assert_eq!(post(&s, &s.web, 1, "second").await, 200);
     assert_eq!(kind("busy").await, 1.0);
     // `other` has its own share: its call runs (and times out as ever).
@@ -579,7 +581,7 @@ async fn a_channel_that_used_up_a_plugins_time_share_waits_and_the_other_channel
         .and_then(|ps| ps.iter().find(|p| p["name"] == "fault"))
         .cloned()
         .unwrap_or_default();
-    assert_eq!(fault["time_share"], 0.05, "{plugins}");
+    assert_eq!(fault["time_share"], 0.01, "{plugins}");
     let last = fault["counters"]["last_errors"].to_string();
     assert!(last.contains("time share"), "{last}");
     s.hub.shutdown().await;

@@ -97,20 +97,18 @@ pub struct Plugin {
     counters: Arc<PluginCounters>,
 }
 
-/// Charges a call's time to its channel's share when the call ends.
+/// Charges the time a call ran to its channel's share when the call ends.
 struct Charge<'a> {
     share: &'a TimeShare,
     channel: Option<i64>,
-    since: Instant,
-    /// CPU nanoseconds of the call's polls, wherever they ran.
+    /// Nanoseconds the call's polls ran, wherever they ran.
     spent: Arc<AtomicU64>,
 }
 
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
-        let cpu = Duration::from_nanos(self.spent.load(Ordering::Relaxed));
-        self.share
-            .call_ended(self.channel, self.since.elapsed(), cpu);
+        let ran = Duration::from_nanos(self.spent.load(Ordering::Relaxed));
+        self.share.call_ended(self.channel, ran);
     }
 }
 
@@ -415,7 +413,6 @@ impl Plugin {
         let _charge = Charge {
             share: &self.share,
             channel,
-            since: Instant::now(),
             spent: spent.clone(),
         };
         let long = Arc::new(AtomicBool::new(false));

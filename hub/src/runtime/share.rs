@@ -4,13 +4,14 @@
 //!
 //! Why per channel: the same plugin often runs on every channel (`redact`);
 //! a flood on one of them must slow that channel's calls, not the others'.
-//! Why call time rather than CPU time: a call's wall time is what it holds
-//! of the hub (a runtime slot, a request thread's turns, memory), and it is
-//! measured for free; on a busy machine it overstates CPU, which only makes
-//! the share stricter for whoever floods. Whether a channel's calls are
-//! heavy is judged by their CPU time instead: a call that waits for the
-//! plugin threads is not heavier for it, and judging by wall time would keep
-//! a busy channel's light calls there once the machine is loaded.
+//! What is counted is the time a call spends running (its polls, timed by
+//! `threads::Metered`), not the time from its start to its end: on a loaded
+//! machine a call also waits for a thread, for the database and for the
+//! plugin threads, and counting that would cap a legitimately busy channel
+//! exactly when the hub is busiest (and keep its light calls on the plugin
+//! threads once judged heavy). A call that waits for a host (a `send`)
+//! holds no core; its `timeout_ms` and the plugin's `max_concurrency` bound
+//! it instead.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 /// quarter of a second's share, so a burst of ordinary calls never waits.
 const BURST_SECS: f64 = 0.25;
 
-/// A channel whose calls of this plugin take this much CPU on average has its
+/// A channel whose calls of this plugin run this long on average has its
 /// calls started on the plugin threads: they are heavy, and a request
 /// thread is better spent on requests. Ordinary calls take tens of µs.
 const HEAVY_CALL_SECS: f64 = 200e-6;
@@ -44,7 +45,7 @@ struct Bucket {
     /// call, and then the channel's next call waits until it is back at zero.
     credit: f64,
     at: Instant,
-    /// Running average of this channel's calls' CPU time, in seconds.
+    /// Running average of how long this channel's calls ran, in seconds.
     average: f64,
 }
 
@@ -90,19 +91,19 @@ impl TimeShare {
         }
     }
 
-    /// Charges a call that took `took` (of which `cpu` on a CPU) to
-    /// `channel`, and counts its CPU time in the channel's average.
-    pub fn call_ended(&self, channel: Option<i64>, took: Duration, cpu: Duration) {
-        self.charge(channel, took, Some(cpu));
+    /// Charges a call that ran for `took` to `channel`, and counts it in
+    /// the channel's average.
+    pub fn call_ended(&self, channel: Option<i64>, took: Duration) {
+        self.charge(channel, took, true);
     }
 
     /// Charges `took` of work a call caused after it ended (giving its
     /// memory back) to `channel`.
     pub fn spend(&self, channel: Option<i64>, took: Duration) {
-        self.charge(channel, took, None);
+        self.charge(channel, took, false);
     }
 
-    fn charge(&self, channel: Option<i64>, took: Duration, cpu: Option<Duration>) {
+    fn charge(&self, channel: Option<i64>, took: Duration, call: bool) {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= SWEEP_AT && !buckets.contains_key(&channel) {
@@ -119,8 +120,8 @@ impl TimeShare {
         });
         self.refill(bucket, now);
         bucket.credit -= took;
-        if let Some(cpu) = cpu {
-            bucket.average += (cpu.as_secs_f64() - bucket.average) * AVERAGE_WEIGHT;
+        if call {
+            bucket.average += (took - bucket.average) * AVERAGE_WEIGHT;
         }
     }
 
@@ -167,11 +168,7 @@ mod tests {
         let share = TimeShare::new(1.0);
         for _ in 0..10_000 {
             // 10 000 calls of 20 µs in a burst: 0.2 s, within 0.25 s.
-            share.call_ended(
-                Some(1),
-                Duration::from_micros(20),
-                Duration::from_micros(20),
-            );
+            share.call_ended(Some(1), Duration::from_micros(20));
             assert_eq!(
                 share.admit(Some(1)),
                 Admission {
@@ -187,23 +184,23 @@ mod tests {
         let share = TimeShare::new(1.0);
         let (heavy, light) = (Some(1), Some(2));
         for _ in 0..4 {
-            share.call_ended(heavy, Duration::from_millis(2), Duration::from_millis(2));
-            share.call_ended(light, Duration::from_micros(20), Duration::from_micros(20));
+            share.call_ended(heavy, Duration::from_millis(2));
+            share.call_ended(light, Duration::from_micros(20));
         }
         assert!(share.admit(heavy).heavy);
         assert!(!share.admit(light).heavy);
         // One slow call among light ones does not make a channel heavy.
-        share.call_ended(light, Duration::from_millis(1), Duration::from_millis(1));
+        share.call_ended(light, Duration::from_millis(1));
         assert!(!share.admit(light).heavy);
         // Light calls bring the heavy channel's average down.
         for _ in 0..40 {
-            share.call_ended(heavy, Duration::from_micros(20), Duration::from_micros(20));
+            share.call_ended(heavy, Duration::from_micros(20));
         }
         assert!(!share.admit(heavy).heavy);
         // Light calls that waited long (for a thread, for the database) are
         // charged their wait but stay light.
         for _ in 0..40 {
-            share.call_ended(light, Duration::from_millis(5), Duration::from_micros(20));
+            share.call_ended(light, Duration::from_micros(20));
         }
         assert!(!share.admit(light).heavy);
         // Work after a call is charged but is not a call.
