@@ -97,10 +97,11 @@ pub struct Plugin {
     counters: Arc<PluginCounters>,
 }
 
-/// Charges the time a call ran to its channel's share when the call ends.
+/// Charges a call's time to its channel's share when the call ends.
 struct Charge<'a> {
     share: &'a TimeShare,
     channel: Option<i64>,
+    since: Instant,
     /// Nanoseconds the call's polls ran, wherever they ran.
     spent: Arc<AtomicU64>,
 }
@@ -108,7 +109,8 @@ struct Charge<'a> {
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
         let ran = Duration::from_nanos(self.spent.load(Ordering::Relaxed));
-        self.share.call_ended(self.channel, ran);
+        self.share
+            .call_ended(self.channel, self.since.elapsed(), ran);
     }
 }
 
@@ -413,6 +415,7 @@ impl Plugin {
         let _charge = Charge {
             share: &self.share,
             channel,
+            since: Instant::now(),
             spent: spent.clone(),
         };
         let long = Arc::new(AtomicBool::new(false));

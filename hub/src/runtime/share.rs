@@ -4,14 +4,15 @@
 //!
 //! Why per channel: the same plugin often runs on every channel (`redact`);
 //! a flood on one of them must slow that channel's calls, not the others'.
-//! What is counted is the time a call spends running (its polls, timed by
-//! `threads::Metered`), not the time from its start to its end: on a loaded
-//! machine a call also waits for a thread, for the database and for the
-//! plugin threads, and counting that would cap a legitimately busy channel
-//! exactly when the hub is busiest (and keep its light calls on the plugin
-//! threads once judged heavy). A call that waits for a host (a `send`)
-//! holds no core; its `timeout_ms` and the plugin's `max_concurrency` bound
-//! it instead.
+//! The share counts a call's wall time, from when it has an instance slot
+//! until it is done: what it holds of the hub (a slot, a thread's turns,
+//! memory); on a busy machine that overstates its CPU, which only makes the
+//! share stricter for whoever floods. Whether a channel's calls are heavy is
+//! judged by the time they run instead (their polls, timed by
+//! `threads::Metered`): a light call that waited for a thread or the
+//! database is not heavier for it, and judging by wall time would keep a
+//! busy channel's light calls on the plugin threads once the machine is
+//! loaded.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -91,19 +92,19 @@ impl TimeShare {
         }
     }
 
-    /// Charges a call that ran for `took` to `channel`, and counts it in
-    /// the channel's average.
-    pub fn call_ended(&self, channel: Option<i64>, took: Duration) {
-        self.charge(channel, took, true);
+    /// Charges a call that took `took` (and ran for `ran` of it) to
+    /// `channel`, and counts `ran` in the channel's average.
+    pub fn call_ended(&self, channel: Option<i64>, took: Duration, ran: Duration) {
+        self.charge(channel, took, Some(ran));
     }
 
     /// Charges `took` of work a call caused after it ended (giving its
     /// memory back) to `channel`.
     pub fn spend(&self, channel: Option<i64>, took: Duration) {
-        self.charge(channel, took, false);
+        self.charge(channel, took, None);
     }
 
-    fn charge(&self, channel: Option<i64>, took: Duration, call: bool) {
+    fn charge(&self, channel: Option<i64>, took: Duration, ran: Option<Duration>) {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= SWEEP_AT && !buckets.contains_key(&channel) {
@@ -120,8 +121,8 @@ impl TimeShare {
         });
         self.refill(bucket, now);
         bucket.credit -= took;
-        if call {
-            bucket.average += (took - bucket.average) * AVERAGE_WEIGHT;
+        if let Some(ran) = ran {
+            bucket.average += (ran.as_secs_f64() - bucket.average) * AVERAGE_WEIGHT;
         }
     }
 
@@ -168,7 +169,11 @@ mod tests {
         let share = TimeShare::new(1.0);
         for _ in 0..10_000 {
             // 10 000 calls of 20 µs in a burst: 0.2 s, within 0.25 s.
-            share.call_ended(Some(1), Duration::from_micros(20));
+            share.call_ended(
+                Some(1),
+                Duration::from_micros(20),
+                Duration::from_micros(20),
+            );
             assert_eq!(
                 share.admit(Some(1)),
                 Admission {
@@ -184,23 +189,29 @@ mod tests {
         let share = TimeShare::new(1.0);
         let (heavy, light) = (Some(1), Some(2));
         for _ in 0..4 {
-            share.call_ended(heavy, Duration::from_millis(2));
-            share.call_ended(light, Duration::from_micros(20));
+            share.call_ended(heavy, Duration::from_millis(2), Duration::from_millis(2));
+            share.call_ended(light, Duration::from_micros(20), Duration::from_micros(20));
         }
         assert!(share.admit(heavy).heavy);
         assert!(!share.admit(light).heavy);
         // One slow call among light ones does not make a channel heavy.
-        share.call_ended(light, Duration::from_millis(1));
+        share.call_ended(light, Duration::from_millis(1), Duration::from_millis(1));
         assert!(!share.admit(light).heavy);
         // Light calls bring the heavy channel's average down.
         for _ in 0..40 {
-            share.call_ended(heavy, Duration::from_micros(20));
+            share.call_ended(heavy, Duration::from_micros(20), Duration::from_micros(20));
         }
         assert!(!share.admit(heavy).heavy);
         // Light calls that waited long (for a thread, for the database) are
         // charged their wait but stay light.
         for _ in 0..40 {
-            share.call_ended(light, Duration::from_micros(20));
+            share.call_ended(light, Duration::from_micros(20), Duration::from_micros(20));
+        }
+        assert!(!share.admit(light).heavy);
+        // Light calls that waited long (for a thread, for the database) are
+        // charged their wait but stay light.
+        for _ in 0..40 {
+            share.call_ended(light, Duration::from_millis(5), Duration::from_micros(20));
         }
         assert!(!share.admit(light).heavy);
         // Work after a call is charged but is not a call.
