@@ -85,6 +85,19 @@ impl Setup {
     async fn counter(&self, key: &str) -> f64 {
         self.hub.metrics().await.get(key).copied().unwrap_or(0.0)
     }
+
+    /// The plugin `name` as `GET /admin/v1/plugins` shows it (null if absent).
+    async fn plugin_view(&self, name: &str) -> Value {
+        let (_, plugins) = self
+            .hub
+            .admin(reqwest::Method::GET, "/admin/v1/plugins", None)
+            .await;
+        plugins["plugins"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 fn customer_route() -> &'static str {
@@ -425,15 +438,7 @@ async fn an_output_far_over_max_output_bytes_is_refused_by_its_size_alone() {
     assert_eq!(s.counter(&errors("exact", "invalid_output")).await, 1.0);
     assert_eq!(s.counter(&errors("exact", "output_too_large")).await, 0.0);
     assert_eq!(s.counter(&errors("huge", "output_too_large")).await, 1.0);
-    let (_, plugins) = s
-        .hub
-        .admin(reqwest::Method::GET, "/admin/v1/plugins", None)
-        .await;
-    let huge = plugins["plugins"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "huge"))
-        .cloned()
-        .unwrap_or_default();
+    let huge = s.plugin_view("huge").await;
     // The limit it passed: 64 KiB, or a key-value write (64.5 KiB), plus 64 KiB.
     let message = huge["counters"]["last_errors"][0]["message"]
         .as_str()
@@ -572,16 +577,8 @@ async fn a_channel_that_used_up_a_plugins_time_share_waits_and_the_other_channel
     assert_eq!(post(&s, &other, 2, "elsewhere").await, 200);
     assert_eq!(kind("timeout").await, 2.0);
     assert_eq!(kind("busy").await, 1.0);
-    let (_, plugins) = s
-        .hub
-        .admin(reqwest::Method::GET, "/admin/v1/plugins", None)
-        .await;
-    let fault = plugins["plugins"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "fault"))
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(fault["time_share"], 0.01, "{plugins}");
+    let fault = s.plugin_view("fault").await;
+    assert_eq!(fault["time_share"], 0.01, "{fault}");
     let last = fault["counters"]["last_errors"].to_string();
     assert!(last.contains("time share"), "{last}");
     s.hub.shutdown().await;

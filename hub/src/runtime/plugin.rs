@@ -451,11 +451,11 @@ impl Plugin {
         // Polled here until its first epoch tick; a call still running then
         // goes on on the plugin threads, and this request thread is free. A
         // channel whose calls are heavy starts them there.
-        let mut run = Box::pin(Metered::new(run, spent));
+        let mut run = Metered::new(run, spent);
         let inline = if admission.heavy {
             None
         } else {
-            std::future::poll_fn(|cx| match run.as_mut().poll(cx) {
+            std::future::poll_fn(|cx| match std::pin::Pin::new(&mut run).poll(cx) {
                 Poll::Ready(done) => Poll::Ready(Some(done)),
                 Poll::Pending if long.load(Ordering::Relaxed) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,

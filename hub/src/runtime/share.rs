@@ -205,12 +205,6 @@ mod tests {
         // Light calls that waited long (for a thread, for the database) are
         // charged their wait but stay light.
         for _ in 0..40 {
-            share.call_ended(light, Duration::from_micros(20), Duration::from_micros(20));
-        }
-        assert!(!share.admit(light).heavy);
-        // Light calls that waited long (for a thread, for the database) are
-        // charged their wait but stay light.
-        for _ in 0..40 {
             share.call_ended(light, Duration::from_millis(5), Duration::from_micros(20));
         }
         assert!(!share.admit(light).heavy);

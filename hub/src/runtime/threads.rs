@@ -60,18 +60,13 @@ impl PluginThreads {
         let runtime = self.runtime.as_ref()?;
         runtime.spawn(call).await.ok()
     }
-}
 
-impl PluginThreads {
     /// Runs `work` on a blocking thread of the plugin threads (at their
-    /// priority); `false` if they are shut down.
-    pub fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) -> bool {
+    /// priority); once they are shut down, here.
+    pub fn spawn_blocking(&self, work: impl FnOnce() + Send + 'static) {
         match &self.runtime {
-            Some(runtime) => {
-                runtime.spawn_blocking(work);
-                true
-            }
-            None => false,
+            Some(runtime) => drop(runtime.spawn_blocking(work)),
+            None => work(),
         }
     }
 }
@@ -93,7 +88,8 @@ impl Drop for PluginThreads {
 /// thread's CPU time (they run at a low priority, so their wall time grows
 /// with everyone else's work); elsewhere in wall time, which on a request
 /// thread is its CPU time but for a rare preemption, and costs 20 ns to read
-/// instead of a system call's 400.
+/// instead of a system call's 400. It boxes the future it times, so that
+/// it can be polled in place and then handed to another thread as it is.
 pub struct Metered<F> {
     inner: Pin<Box<F>>,
     spent: Arc<AtomicU64>,
