@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    HubOptions, Integrator, Reply, TestAgent, TestChannel, TestHub, eventually, plugin_toml,
-    route_toml,
+    HubOptions, Integrator, Reply, TestAgent, TestChannel, TestHub, discard_logs_at_info,
+    eventually, plugin_toml, route_toml,
 };
 use serde_json::{Value, json};
 
@@ -647,6 +647,7 @@ async fn one_event_cannot_queue_more_forwards_than_max_forwards() {
 
 #[tokio::test]
 async fn plugin_logs_and_stdout_are_capped_without_failing_the_call() {
+    discard_logs_at_info();
     for fault in ["log_flood", "stdout_flood"] {
         // `reject`: a failed call would refuse the message with a 503.
         let s = Setup::start(
@@ -680,6 +681,27 @@ async fn plugin_logs_and_stdout_are_capped_without_failing_the_call() {
         }
         s.hub.shutdown().await;
     }
+}
+
+#[tokio::test]
+async fn plugin_log_lines_below_the_log_level_take_nothing_from_the_caps() {
+    discard_logs_at_info();
+    // 1000 debug lines of 1 KB: the filter keeps `info`, so none is written,
+    // and none uses up the caps or is counted (and warned about) as dropped.
+    let s = Setup::start(
+        plugin_toml(
+            "fault",
+            "fault",
+            "max_host_calls = 2000\ntimeout_ms = 5000",
+            "fault = \"log_flood\"\ncount = 1000\nlevel = \"debug\"",
+        ) + &route_toml(customer_route(), "\"fault\"", "reject"),
+    )
+    .await;
+    assert_eq!(post(&s, &s.web, 1, "hi").await, 200);
+    let m = s.hub.metrics().await;
+    assert_eq!(m["hub_plugin_log_bytes_total{plugin=\"fault\"}"], 0.0);
+    assert_eq!(m["hub_plugin_logs_dropped_total{plugin=\"fault\"}"], 0.0);
+    s.hub.shutdown().await;
 }
 
 #[tokio::test]

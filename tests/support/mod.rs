@@ -207,6 +207,19 @@ pub fn repo_root() -> PathBuf {
 
 /// A `[[plugins]]` table for `plugin_wasm(wasm)` named `name`, with `extra`
 /// TOML lines (limits, grants) and a `config` table of `config` lines.
+/// A process-wide log subscriber that keeps `info` and above and writes them
+/// nowhere: what the hub does with a plugin's log line depends on whether the
+/// filter keeps it, and a test binary has no subscriber of its own.
+pub fn discard_logs_at_info() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .with_max_level(tracing::Level::INFO)
+            .try_init();
+    });
+}
+
 pub fn plugin_toml(name: &str, wasm: &str, extra: &str, config: &str) -> String {
     format!(
         "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{extra}\n[plugins.config]\n{config}\n\n",

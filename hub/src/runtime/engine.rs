@@ -49,6 +49,7 @@ pub fn build(slots: u32) -> wasmtime::Result<Engine> {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
+        .concurrency_support(false)
         .epoch_interruption(true)
         .strategy(Strategy::Cranelift)
         .cranelift_opt_level(OptLevel::Speed)

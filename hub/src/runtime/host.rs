@@ -205,6 +205,19 @@ impl bindings::hub::plugin::types::Host for HostState {}
 impl bindings::hub::plugin::host::Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.count()?;
+        // A line the log filter would discard costs nothing more and takes
+        // nothing from the caps: a plugin's debug lines must not crowd out
+        // its warnings, nor be reported as dropped when nobody asked for them.
+        let enabled = match level {
+            Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        };
+        if !enabled {
+            return Ok(());
+        }
         let message = one_line(&message, MAX_MESSAGE_BYTES);
         if self.log_bytes + message.len() > MAX_LOG_BYTES_PER_CALL
             || !self.plugin.log_allowed(message.len())

@@ -75,7 +75,7 @@ impl Store {
             "SELECT {COLUMNS} FROM agents WHERE token_hash = $1"
         ))
         .bind(hash)
-        .fetch_optional(self.pool())
+        .fetch_optional(&mut *self.read().await?)
         .await
         .ctx("authenticating an agent")?;
         row.as_ref()

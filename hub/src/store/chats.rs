@@ -583,7 +583,7 @@ impl Store {
         )
         .bind(channel_id)
         .bind(&key)
-        .fetch_optional(self.pool())
+        .fetch_optional(&mut *self.read().await?)
         .await
         .ctx("finding the sender's chat")?;
         let chat = row.map(|(id,)| id);
@@ -645,7 +645,7 @@ impl Store {
         let row = sqlx::query(sql)
             .bind(id)
             .bind(email.to_lowercase())
-            .fetch_optional(self.pool())
+            .fetch_optional(&mut *self.read().await?)
             .await
             .ctx("looking up a chat")?;
         let Some(row) = row else { return Ok(None) };

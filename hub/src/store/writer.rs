@@ -9,14 +9,25 @@
 //! sharing the `BEGIN`/`COMMIT` and the fsync among whoever is waiting keeps
 //! each transaction's own statements as the only serial cost.
 //!
+//! With `durability = "full"` the fsync is taken off the writer: SQLite
+//! commits without syncing (`synchronous = NORMAL`) and a [`Syncer`] thread
+//! syncs the WAL file and only then answers the group, while the writer
+//! already writes the next one. What SQLite's own `FULL` does (sync the WAL
+//! at each commit) is done once for every group committed meanwhile, and
+//! the writer never waits for the disk. Frames leave the WAL only through a
+//! checkpoint, which syncs the WAL before it copies and the database file
+//! after, so a restarted WAL never drops frames that were not yet synced.
+//!
 //! Invariants: a caller's [`commit`](super::WriteTx::commit) returns `Ok`
 //! only after the commit that contains its writes is durable (per the
 //! durability setting); a transaction dropped without commit is rolled back
 //! to its savepoint before anyone else writes, and nobody else's work is
-//! lost with it; a failed commit fails every transaction of its group.
+//! lost with it; a failed commit (or sync) fails every transaction of its
+//! group.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Weak, mpsc};
 
 use sqlx::{AnyConnection, Executor};
 use tokio::sync::{Mutex, MutexGuard, Notify, oneshot};
@@ -51,8 +62,13 @@ pub(super) struct Writer {
     /// back before the next statement.
     rollback_pending: bool,
     /// Callers whose work is in the open transaction, waiting for its commit.
-    waiters: Vec<oneshot::Sender<Result<(), String>>>,
+    waiters: Vec<Waiter>,
+    /// Syncs the WAL after each commit and answers the group then; without
+    /// it, a commit's end is its durability.
+    syncer: Option<Syncer>,
 }
+
+type Waiter = oneshot::Sender<Result<(), String>>;
 
 pub(super) struct Group {
     writer: Mutex<Writer>,
@@ -107,22 +123,29 @@ impl Drop for Group {
 }
 
 impl Group {
-    /// Wraps the writer connection and starts its flusher task.
-    pub(super) fn start(conn: AnyConnection) -> Arc<Group> {
+    /// Wraps the writer connection and starts its flusher task; with `wal`
+    /// (the WAL file of a connection that commits without syncing), a
+    /// [`Syncer`] makes each commit durable before it is answered.
+    pub(super) fn start(conn: AnyConnection, wal: Option<PathBuf>) -> std::io::Result<Arc<Group>> {
         let flush = Arc::new(Notify::new());
+        let health: Arc<WriteHealth> = Arc::default();
+        let syncer = wal
+            .map(|wal| Syncer::start(wal, health.clone()))
+            .transpose()?;
         let group = Arc::new(Group {
             writer: Mutex::new(Writer {
                 conn,
                 in_tx: false,
                 rollback_pending: false,
                 waiters: Vec::new(),
+                syncer,
             }),
             flush: flush.clone(),
             closed: AtomicBool::new(false),
-            health: Arc::default(),
+            health,
         });
         tokio::spawn(flusher(Arc::downgrade(&group), flush));
-        group
+        Ok(group)
     }
 
     /// Joins the open transaction (opening it if needed) in a savepoint of
@@ -207,15 +230,83 @@ impl Writer {
         if let Err(e) = &result {
             tracing::error!(error = %e, waiting = self.waiters.len(), "a group commit failed");
         }
-        if !self.waiters.is_empty() {
-            health.record(&result);
-        }
         self.in_tx = false;
         self.rollback_pending = false;
-        for waiter in self.waiters.drain(..) {
-            let _ = waiter.send(result.clone());
+        if self.waiters.is_empty() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.waiters);
+        match (&result, &self.syncer) {
+            (Ok(()), Some(syncer)) => syncer.sync_then_answer(waiters),
+            _ => {
+                health.record(&result);
+                answer(waiters, &result);
+            }
         }
     }
+}
+
+fn answer(waiters: Vec<Waiter>, result: &Result<(), String>) {
+    for waiter in waiters {
+        let _ = waiter.send(result.clone());
+    }
+}
+
+/// A thread that syncs the WAL file for the groups committed since its last
+/// sync, then answers them: one fsync for however many groups the writer
+/// committed while the previous one ran.
+struct Syncer {
+    groups: mpsc::Sender<Vec<Waiter>>,
+}
+
+impl Syncer {
+    fn start(wal: PathBuf, health: Arc<WriteHealth>) -> std::io::Result<Syncer> {
+        let (groups, pending) = mpsc::channel::<Vec<Waiter>>();
+        std::thread::Builder::new()
+            .name("hub-wal-sync".into())
+            .spawn(move || {
+                let mut file: Option<std::fs::File> = None;
+                // Ends when the writer (the only sender) is gone, after the
+                // groups it handed over are answered.
+                while let Ok(mut waiters) = pending.recv() {
+                    while let Ok(more) = pending.try_recv() {
+                        waiters.extend(more);
+                    }
+                    let result = sync_wal(&wal, &mut file).map_err(|e| {
+                        file = None;
+                        format!("syncing the write-ahead log {}: {e}", wal.display())
+                    });
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, waiting = waiters.len(), "a WAL sync failed");
+                    }
+                    health.record(&result);
+                    answer(waiters, &result);
+                }
+            })?;
+        Ok(Syncer { groups })
+    }
+
+    fn sync_then_answer(&self, waiters: Vec<Waiter>) {
+        if let Err(mpsc::SendError(waiters)) = self.groups.send(waiters) {
+            answer(waiters, &Err("the WAL sync thread stopped".to_owned()));
+        }
+    }
+}
+
+/// Makes what was written to the WAL durable; the first time, also the
+/// WAL's entry in its directory (SQLite created the file without syncing it).
+fn sync_wal(wal: &std::path::Path, file: &mut Option<std::fs::File>) -> std::io::Result<()> {
+    let opened = match file {
+        Some(f) => f,
+        None => {
+            let opened = std::fs::File::open(wal)?;
+            if let Some(dir) = wal.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            file.insert(opened)
+        }
+    };
+    opened.sync_data()
 }
 
 /// Commits whenever a transaction finished, until the store is dropped.
@@ -281,5 +372,50 @@ impl Drop for SharedTx<'_> {
             // write lock is not kept by a transaction nobody will finish.
             self.group.flush.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group whose WAL cannot be synced is not acknowledged: every waiter
+    /// gets the error, and readiness reports the failing writes.
+    #[tokio::test]
+    async fn a_group_whose_wal_cannot_be_synced_is_answered_with_the_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let wal = dir.path().join("missing").join("hub.db-wal");
+        let health: Arc<WriteHealth> = Arc::default();
+        let syncer = Syncer::start(wal, health.clone()).expect("syncer");
+        let (first, first_answer) = oneshot::channel();
+        let (second, second_answer) = oneshot::channel();
+        syncer.sync_then_answer(vec![first, second]);
+        for answer in [first_answer, second_answer] {
+            let error = answer.await.expect("answered").expect_err("not durable");
+            assert!(error.contains("syncing the write-ahead log"), "{error}");
+        }
+        assert!(health.failure().is_some(), "readiness sees the failure");
+    }
+
+    /// Synced groups are answered `Ok`, and the sync thread ends with the
+    /// writer once what it was handed is answered.
+    #[tokio::test]
+    async fn synced_groups_are_answered_and_the_thread_ends_with_the_writer() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let wal = dir.path().join("hub.db-wal");
+        std::fs::write(&wal, b"frames").expect("wal");
+        let health: Arc<WriteHealth> = Arc::default();
+        let syncer = Syncer::start(wal, health.clone()).expect("syncer");
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (send, answer) = oneshot::channel();
+            syncer.sync_then_answer(vec![send]);
+            answers.push(answer);
+        }
+        drop(syncer);
+        for answer in answers {
+            assert_eq!(answer.await.expect("answered"), Ok(()));
+        }
+        assert!(health.failure().is_none());
     }
 }

@@ -91,8 +91,12 @@ impl Plugin for Fault {
             }
             "log_flood" => {
                 let line = format!("{}\nfake hub line", "l".repeat(1000));
+                let level = match config.str_or("level", "error")? {
+                    "debug" => Level::Debug,
+                    _ => Level::Error,
+                };
                 for _ in 0..config.u64_or("count", 1000)? {
-                    host.log(Level::Error, &line);
+                    host.log(level, &line);
                 }
                 Ok(Outcome::pass())
             }
