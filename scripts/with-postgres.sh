@@ -101,11 +101,14 @@ for _ in $(seq 1 20); do
         continue
     fi
     # No fsync: the cluster is thrown away. Connections: the suite runs
-    # several hubs at once, each with a pool of its own.
+    # several hubs at once, each with a pool of its own. A small WAL: each
+    # test database's creation writes the template (~8 MB) to it, and the
+    # default keeps up to 1 GB of it on disk.
     if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
         -o "-c listen_addresses=127.0.0.1 -p $candidate -k $dir/sock \
             -c max_connections=500 -c fsync=off -c synchronous_commit=off \
-            -c full_page_writes=off" >/dev/null; then
+            -c full_page_writes=off -c max_wal_size=128MB -c min_wal_size=32MB" \
+        >/dev/null; then
         port="$candidate"
         started=1
         break

@@ -58,6 +58,9 @@ impl Example {
         let hub = TestHub {
             base: running.base_url().to_owned(),
             running: Some(running),
+            databases: crate::support::take_database(dir.path())
+                .into_iter()
+                .collect(),
             dir,
             opts: HubOptions::default(),
             http: reqwest::Client::new(),

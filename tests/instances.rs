@@ -15,7 +15,11 @@ const WAIT: Duration = Duration::from_secs(10);
 /// A second instance on the database of `first`.
 async fn beside(first: &TestHub) -> TestHub {
     let url = storage_url(first.dir.path());
-    TestHub::start_with_config(HubOptions::default(), move |c| c.storage.url = url).await
+    let mut second =
+        TestHub::start_with_config(HubOptions::default(), move |c| c.storage.url = url).await;
+    // The database outlives whichever instance ends first.
+    second.databases.extend(first.databases.iter().cloned());
+    second
 }
 
 /// The same agent, talking to another instance.

@@ -126,10 +126,51 @@ pub fn storage_url(dir: &Path) -> String {
         return url;
     }
     let name = format!("hub_t_{}", uuid::Uuid::new_v4().simple());
-    create_database(&server, &name);
+    run_on_server(&server, format!("CREATE DATABASE {name}"))
+        .unwrap_or_else(|e| panic!("HUB_TEST_DATABASE_URL {server}: {e}"));
     let url = database_url(&server, &name);
     std::fs::write(&kept, &url).expect("keep the test database's URL");
+    created()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(dir.to_owned(), Arc::new(TestDatabase { server, name }));
     url
+}
+
+/// A database [`storage_url`] created on the suite's PostgreSQL server,
+/// dropped with the last test hub that holds it: some 300 hubs of ~8 MB
+/// each would otherwise stay until the suite ends (a CI machine with little
+/// disk ran out of it).
+pub struct TestDatabase {
+    server: String,
+    name: String,
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // `FORCE`: the hub's pool may still hold connections. A failure leaves
+        // the database to the end of the suite, as before.
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(e) = run_on_server(&self.server, sql) {
+            eprintln!("could not drop the test database {}: {e}", self.name);
+        }
+    }
+}
+
+/// Databases created for a directory and not yet taken by a hub.
+fn created() -> &'static Mutex<std::collections::HashMap<PathBuf, Arc<TestDatabase>>> {
+    static CREATED: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<PathBuf, Arc<TestDatabase>>>,
+    > = std::sync::OnceLock::new();
+    CREATED.get_or_init(Default::default)
+}
+
+/// The database [`storage_url`] created for `dir`, for its hub to hold.
+pub fn take_database(dir: &Path) -> Option<Arc<TestDatabase>> {
+    created()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(dir)
 }
 
 /// `server` (a URL of any database there) with its database replaced by `name`.
@@ -146,30 +187,28 @@ fn database_url(server: &str, name: &str) -> String {
     format!("{root}/{name}{query}")
 }
 
-/// Creates database `name` on `server`. Callers may be inside a runtime or
-/// not (`write_config` is a plain function), so the connection lives on a
-/// thread with a runtime of its own.
-fn create_database(server: &str, name: &str) {
+/// Runs one statement on `server`. Callers may be inside a runtime or not
+/// (`write_config` is a plain function, `Drop` too), so the connection lives
+/// on a thread with a runtime of its own.
+fn run_on_server(server: &str, sql: String) -> Result<(), String> {
     let server = server.to_owned();
-    let sql = format!("CREATE DATABASE {name}");
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .expect("a runtime to create the test database");
+            .map_err(|e| format!("a runtime for {sql}: {e}"))?;
         runtime.block_on(async {
             use sqlx::{Connection, Executor};
             let mut conn = sqlx::PgConnection::connect(&server)
                 .await
-                .unwrap_or_else(|e| panic!("HUB_TEST_DATABASE_URL {server}: {e}"));
-            conn.execute(sql.as_str())
-                .await
-                .unwrap_or_else(|e| panic!("{sql} on {server}: {e}"));
+                .map_err(|e| e.to_string())?;
+            let done = conn.execute(sql.as_str()).await;
             let _ = conn.close().await;
-        });
+            done.map(|_| ()).map_err(|e| format!("{sql}: {e}"))
+        })
     })
     .join()
-    .expect("creating the test database");
+    .unwrap_or_else(|_| Err("the statement's thread panicked".to_owned()))
 }
 
 /// The `.wasm` of an example plugin (`redact`, `spam_guard`, `crm_forward`,
@@ -239,6 +278,9 @@ pub struct TestHub {
     pub dir: tempfile::TempDir,
     pub opts: HubOptions,
     pub http: reqwest::Client,
+    /// On PostgreSQL, the databases this hub uses (its own; a second
+    /// instance also holds the first's), dropped after the hub.
+    pub databases: Vec<Arc<TestDatabase>>,
 }
 
 impl TestHub {
@@ -273,6 +315,7 @@ impl TestHub {
         TestHub {
             base: running.base_url().to_owned(),
             running: Some(running),
+            databases: take_database(dir.path()).into_iter().collect(),
             dir,
             opts,
             http: reqwest::Client::new(),
@@ -284,7 +327,9 @@ impl TestHub {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
         }
-        TestHub::start_in(self.dir, self.opts).await
+        let mut hub = TestHub::start_in(self.dir, self.opts).await;
+        hub.databases.append(&mut self.databases);
+        hub
     }
 
     pub async fn shutdown(mut self) {
