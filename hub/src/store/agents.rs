@@ -1,6 +1,10 @@
 //! Agents: their bearer tokens (stored as SHA-256 hashes), console
 //! passwords (Argon2id PHC strings), admin flag and online state.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -71,6 +75,9 @@ impl Store {
     }
 
     pub async fn agent_by_token_hash(&self, hash: &str) -> Result<Option<Agent>, StoreError> {
+        if let Some(agent) = self.agent_tokens.as_ref().and_then(|c| c.get(hash)) {
+            return Ok(Some(agent));
+        }
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM agents WHERE token_hash = $1"
         ))
@@ -78,10 +85,15 @@ impl Store {
         .fetch_optional(&mut *self.read().await?)
         .await
         .ctx("authenticating an agent")?;
-        row.as_ref()
+        let agent = row
+            .as_ref()
             .map(from_row)
             .transpose()
-            .ctx("reading an agent")
+            .ctx("reading an agent")?;
+        if let (Some(cache), Some(agent)) = (&self.agent_tokens, &agent) {
+            cache.put(hash, agent);
+        }
+        Ok(agent)
     }
 
     pub async fn agent_by_id(&self, id: i64) -> Result<Option<Agent>, StoreError> {
@@ -171,7 +183,12 @@ impl Store {
             .execute(&mut *w.tx)
             .await
             .ctx("setting agent status")?;
-        w.commit().await
+        let done = w.commit().await;
+        // Whether or not the commit went through: the next request reads.
+        if let Some(cache) = &self.agent_tokens {
+            cache.clear();
+        }
+        done
     }
 
     /// Ids of the channels the agent works on.
@@ -183,5 +200,47 @@ impl Store {
                 .await
                 .ctx("listing an agent's channels")?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+}
+
+/// Agents by token hash as this process last read them, so that an agent's
+/// request does not read its token from the database each time (SQLite
+/// only: several instances on PostgreSQL change agents under each other).
+/// A token never changes and agents are never deleted; the one field that
+/// changes, `online`, is written through [`Store::set_agent_online`], which
+/// empties the cache. What another process writes to the file (the `hub`
+/// commands) is seen within [`TokenCache::TTL`].
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    agents: Mutex<HashMap<String, (Instant, Agent)>>,
+}
+
+impl TokenCache {
+    const TTL: Duration = Duration::from_secs(2);
+    /// Past this many tokens the cache starts over (a hub has a few hundred
+    /// agents at most; this only bounds memory).
+    const MAX: usize = 4096;
+
+    fn get(&self, hash: &str) -> Option<Agent> {
+        let agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        agents
+            .get(hash)
+            .filter(|(at, _)| at.elapsed() < Self::TTL)
+            .map(|(_, agent)| agent.clone())
+    }
+
+    fn put(&self, hash: &str, agent: &Agent) {
+        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        if agents.len() >= Self::MAX {
+            agents.clear();
+        }
+        agents.insert(hash.to_owned(), (Instant::now(), agent.clone()));
+    }
+
+    fn clear(&self) {
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }

@@ -156,6 +156,8 @@ pub struct Store {
     channel_cache: Arc<channels::ChannelCache>,
     /// Senders' live chats (SQLite only; see `live.rs`).
     live_chats: Option<Arc<live::LiveChats>>,
+    /// Agents by token hash (SQLite only; see `agents::TokenCache`).
+    agent_tokens: Option<Arc<agents::TokenCache>>,
     /// Whether commits fail now (SQLite's writer records it; PostgreSQL's
     /// commits here).
     health: Arc<writer::WriteHealth>,
@@ -413,6 +415,7 @@ impl Store {
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
             live_chats: (backend == Backend::Sqlite).then(Arc::default),
+            agent_tokens: (backend == Backend::Sqlite).then(Arc::default),
             health,
             readers,
         };
@@ -440,6 +443,7 @@ impl Store {
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
             live_chats: Some(Arc::default()),
+            agent_tokens: Some(Arc::default()),
             readers: None,
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
@@ -1001,6 +1005,53 @@ mod tests {
             assert!(err.contains(needle), "`{needle}` missing: {err}");
         }
         assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_agent_authenticated_again_shows_the_online_state_just_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, Durability::Normal).await.expect("store");
+        let agent = store
+            .insert_agent(agents::NewAgent {
+                name: "Ann",
+                email: "ann@example.com",
+                photo: None,
+                token_hash: "h-ann",
+                password_hash: None,
+                admin: false,
+            })
+            .await
+            .expect("insert")
+            .expect("a new agent");
+        let by_token = |store: Store| async move {
+            store
+                .agent_by_token_hash("h-ann")
+                .await
+                .expect("read")
+                .expect("known token")
+        };
+        assert!(!by_token(store.clone()).await.online);
+        // Now remembered; the write must not leave the old state behind.
+        store
+            .set_agent_online(agent.id, true)
+            .await
+            .expect("online");
+        assert!(by_token(store.clone()).await.online);
+        store
+            .set_agent_online(agent.id, false)
+            .await
+            .expect("offline");
+        assert!(!by_token(store.clone()).await.online);
+        assert!(
+            store
+                .agent_by_token_hash("h-other")
+                .await
+                .expect("read")
+                .is_none(),
+            "an unknown token stays unknown"
+        );
+        store.close().await;
     }
 
     #[tokio::test]
