@@ -7,7 +7,8 @@
 //! Run: `cargo bench -p hub --bench channel`.
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
 //! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
-//! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s).
+//! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
+//! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s).
 //!
 //! PostgreSQL: with HUB_BENCH_DATABASE_URL (or else HUB_TEST_DATABASE_URL, as
 //! `scripts/with-postgres.sh` sets it) naming a server (a URL of any database
@@ -530,7 +531,11 @@ impl ServedHub {
         let log: PathBuf = dir.join(format!("{name}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_hub"))
             .args(["--config", &path.display().to_string(), "serve"])
-            .env("RUST_LOG", "warn")
+            // What `hub serve` logs with the default `hub.toml` (`info`).
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_HUB_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("hub log file"))
             .spawn()
