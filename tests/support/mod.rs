@@ -863,7 +863,8 @@ impl HubProcess {
         let mut child = command
             .args(["serve", "--config"])
             .arg(config)
-            .env("RUST_LOG", "info")
+            // The file's `[log] level` applies (`info` unless it says otherwise).
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
