@@ -3,7 +3,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::sdk::{Action, Config, Direction, Event, Host, Level, Outcome, Plugin, Response};
+use crate::sdk::{
+    Action, Config, Direction, Event, Host, LazyJson, Level, Outcome, Plugin, Response,
+    empty_object,
+};
 
 #[doc(hidden)]
 pub mod bindings {
@@ -105,7 +108,7 @@ impl Host for WitHost {
 /// What `export_plugin!` calls: converts the event, runs the plugin, converts back.
 #[doc(hidden)]
 pub fn run<P: Plugin>(event: wit::Event) -> Result<wit::Outcome, String> {
-    let event = event_from_wit(event)?;
+    let event = event_from_wit(event);
     let outcome = P::handle(&event, &mut WitHost)?;
     outcome_to_wit(outcome)
 }
@@ -121,17 +124,9 @@ pub fn validate<P: Plugin>(config: &str) -> Result<(), String> {
     P::validate_config(&Config::new(value)?)
 }
 
-fn event_from_wit(e: wit::Event) -> Result<Event, String> {
-    let payload = serde_json::from_str(&e.payload)
-        .map_err(|err| format!("event payload is not JSON: {err}"))?;
-    // An event without surroundings may come with no context at all.
-    let context = if e.context.trim().is_empty() {
-        Value::Object(Map::new())
-    } else {
-        serde_json::from_str(&e.context)
-            .map_err(|err| format!("event context is not JSON: {err}"))?
-    };
-    Ok(Event {
+/// The payload and the context stay text until the plugin asks for them.
+fn event_from_wit(e: wit::Event) -> Event {
+    Event {
         id: e.id,
         kind: e.kind,
         direction: match e.direction {
@@ -141,10 +136,11 @@ fn event_from_wit(e: wit::Event) -> Result<Event, String> {
         channel_id: e.channel_id,
         channel: e.channel,
         chat_id: e.chat_id,
-        payload,
+        payload: LazyJson::text(e.payload, || Value::Null),
         at: e.at,
-        context,
-    })
+        // An event without surroundings may come with no context at all.
+        context: LazyJson::text(e.context, empty_object),
+    }
 }
 
 fn outcome_to_wit(o: Outcome) -> Result<wit::Outcome, String> {

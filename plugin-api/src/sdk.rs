@@ -1,6 +1,8 @@
 //! The plugin author's view of the hub: events, outcomes and the host's
 //! capabilities as plain Rust, free of any wasm binding so it tests natively.
 
+use std::sync::OnceLock;
+
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
@@ -28,6 +30,11 @@ impl Direction {
 }
 
 /// One event on its way through a route's plugin chain.
+///
+/// The payload and the context arrive as JSON text and are parsed the first
+/// time [`payload`](Event::payload) or [`context`](Event::context) is asked
+/// for: a plugin that decides on the kind or the channel alone pays nothing
+/// for them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// UUID, stable for the event's whole life.
@@ -38,17 +45,38 @@ pub struct Event {
     pub channel_id: Option<i64>,
     pub channel: Option<String>,
     pub chat_id: Option<i64>,
-    pub payload: Value,
+    pub(crate) payload: LazyJson,
     /// When the event was made, Unix milliseconds.
     pub at: i64,
-    /// What the hub knows around the event, e.g. `{"agents_online": 2}`.
-    pub context: Value,
+    pub(crate) context: LazyJson,
 }
 
 impl Event {
+    /// The payload, as the event kind's wire format has it.
+    pub fn payload(&self) -> &Value {
+        self.payload.get()
+    }
+
+    /// The payload, to change in place (tests build variants of an event
+    /// this way; a plugin answers with [`Outcome::replace`] instead).
+    pub fn payload_mut(&mut self) -> &mut Value {
+        self.payload.get_mut()
+    }
+
+    /// What the hub knows around the event, e.g. `{"agents_online": 2}`; an
+    /// empty object when it gave nothing.
+    pub fn context(&self) -> &Value {
+        self.context.get()
+    }
+
+    /// The context, to change in place (for tests).
+    pub fn context_mut(&mut self) -> &mut Value {
+        self.context.get_mut()
+    }
+
     /// The payload as a typed wire struct (see the crate's payload modules).
     pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T, String> {
-        T::deserialize(&self.payload)
+        T::deserialize(self.payload())
             .map_err(|e| format!("payload of {} does not match its type: {e}", self.kind))
     }
 
@@ -59,24 +87,97 @@ impl Event {
 
     /// The number of the channel's agents online, when the hub said so.
     pub fn agents_online(&self) -> Option<u64> {
-        self.context.get("agents_online").and_then(Value::as_u64)
+        self.context().get("agents_online").and_then(Value::as_u64)
     }
 
     /// `message.text` of the payload, the field most filters look at.
     pub fn message_text(&self) -> Option<&str> {
-        self.payload
+        self.payload()
             .pointer("/message/text")
             .and_then(Value::as_str)
     }
 
     /// `sender.id` of the payload as text: `7` and `"7"` name the same client.
     pub fn sender_key(&self) -> Option<String> {
-        match self.payload.pointer("/sender/id")? {
+        match self.payload().pointer("/sender/id")? {
             Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         }
     }
+}
+
+/// JSON that the hub handed over as text, parsed on first use.
+#[derive(Clone)]
+pub(crate) struct LazyJson {
+    text: String,
+    /// What an empty text stands for (a payload: `null`; a context: `{}`).
+    empty: fn() -> Value,
+    value: OnceLock<Value>,
+}
+
+impl LazyJson {
+    /// JSON text as the hub wrote it (the guest side builds these).
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) fn text(text: String, empty: fn() -> Value) -> LazyJson {
+        LazyJson {
+            text,
+            empty,
+            value: OnceLock::new(),
+        }
+    }
+
+    /// A value that needs no parsing (tests, events built natively).
+    pub(crate) fn value(value: Value) -> LazyJson {
+        LazyJson {
+            text: String::new(),
+            empty: || Value::Null,
+            value: OnceLock::from(value),
+        }
+    }
+
+    fn get(&self) -> &Value {
+        self.value.get_or_init(|| self.parse())
+    }
+
+    fn get_mut(&mut self) -> &mut Value {
+        let value = match self.value.take() {
+            Some(value) => value,
+            None => self.parse(),
+        };
+        self.value = OnceLock::from(value);
+        match self.value.get_mut() {
+            Some(value) => value,
+            None => unreachable!("set on the line above"),
+        }
+    }
+
+    /// The hub writes this text with a JSON serializer; text that is not
+    /// JSON would be a hub bug, and reads as the empty value.
+    fn parse(&self) -> Value {
+        if self.text.trim().is_empty() {
+            return (self.empty)();
+        }
+        serde_json::from_str(&self.text).unwrap_or_else(|_| (self.empty)())
+    }
+}
+
+impl std::fmt::Debug for LazyJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl PartialEq for LazyJson {
+    fn eq(&self, other: &LazyJson) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// An empty JSON object: the context of an event the hub said nothing about.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) fn empty_object() -> Value {
+    Value::Object(Map::new())
 }
 
 /// Glob match where `*` stands for any run of characters (also none) and every
@@ -323,10 +424,42 @@ mod tests {
             channel_id: None,
             channel: None,
             chat_id: None,
-            payload,
+            payload: LazyJson::value(payload),
             at: 0,
-            context,
+            context: LazyJson::value(context),
         }
+    }
+
+    /// What the guest side builds from the hub's text reads like an event
+    /// built from values, and can be changed in place like one.
+    #[test]
+    fn payload_and_context_given_as_text_read_like_values() {
+        let mut from_text = event("channel.customer_message", Value::Null, Value::Null);
+        from_text.payload = LazyJson::text(
+            r#"{"sender":{"id":7},"message":{"type":"text","text":"hi"}}"#.to_owned(),
+            || Value::Null,
+        );
+        from_text.context = LazyJson::text(String::new(), empty_object);
+        let from_values = event(
+            "channel.customer_message",
+            json!({"sender":{"id":7},"message":{"type":"text","text":"hi"}}),
+            json!({}),
+        );
+        assert_eq!(from_text, from_values);
+        assert_eq!(from_text.message_text(), Some("hi"));
+        assert_eq!(from_text.sender_key().as_deref(), Some("7"));
+        assert_eq!(from_text.context(), &json!({}));
+        assert_eq!(from_text.agents_online(), None);
+
+        from_text.payload_mut()["message"]["text"] = json!("changed");
+        assert_eq!(from_text.message_text(), Some("changed"));
+        from_text.context_mut()["agents_online"] = json!(2);
+        assert_eq!(from_text.agents_online(), Some(2));
+
+        let mut unread = event("channel.customer_message", Value::Null, Value::Null);
+        unread.payload = LazyJson::text(r#"{"a":1}"#.to_owned(), || Value::Null);
+        unread.payload_mut()["b"] = json!(2);
+        assert_eq!(unread.payload(), &json!({"a":1,"b":2}));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde_json::{Value, json};
 
-use crate::sdk::{Direction, Event, Host, Level, Response};
+use crate::sdk::{Direction, Event, Host, LazyJson, Level, Response};
 
 /// The answer scripted for one `send` call.
 #[derive(Debug, Clone)]
@@ -170,9 +170,9 @@ pub fn event(kind: &str, payload: Value) -> Event {
         channel_id: Some(1),
         channel: Some("test".to_owned()),
         chat_id: Some(1),
-        payload,
+        payload: LazyJson::value(payload),
         at: 1_700_000_000_000,
-        context: json!({ "agents_online": 1 }),
+        context: LazyJson::value(json!({ "agents_online": 1 })),
     }
 }
 

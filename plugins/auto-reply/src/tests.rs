@@ -5,7 +5,7 @@ use plugin_api::testing::{FakeHost, customer_text, event};
 use serde_json::{Value, json};
 
 fn offline(mut e: Event) -> Event {
-    e.context = json!({"agents_online": 0});
+    *e.context_mut() = json!({"agents_online": 0});
     e
 }
 
@@ -117,7 +117,7 @@ fn away_message_without_kv_is_sent_every_time() {
 #[test]
 fn unknown_agent_count_sends_no_away_message() {
     let mut e = customer_text("1", "hello");
-    e.context = json!({});
+    *e.context_mut() = json!({});
     assert!(
         AutoReply::handle(&e, &mut FakeHost::new(config()))
             .unwrap()

@@ -22,7 +22,7 @@ impl Plugin for CrmEnrich {
             return Ok(Outcome::pass());
         }
         let config = Config::new(host.config())?;
-        let visitor = event.payload.get("visitor").cloned().unwrap_or(Value::Null);
+        let visitor = event.payload().get("visitor").cloned().unwrap_or(Value::Null);
         let number = visitor
             .get("number")
             .map(|n| match n {
@@ -35,7 +35,7 @@ impl Plugin for CrmEnrich {
             .str("link_template")?
             .map(|t| t.replace("{number}", &number));
         if let Some(destination) = config.str("lookup")? {
-            let query = json!({ "visitor": visitor, "chat_id": event.payload.get("chat_id") });
+            let query = json!({ "visitor": visitor, "chat_id": event.payload().get("chat_id") });
             match host.send(destination, &query) {
                 Ok(r) if r.is_success() => match serde_json::from_str::<Value>(&r.body) {
                     Ok(found) => {
@@ -53,7 +53,7 @@ impl Plugin for CrmEnrich {
             }
         }
         if custom_data.is_empty() {
-            custom_data = from_event(&event.payload, &number);
+            custom_data = from_event(event.payload(), &number);
         }
         let mut reply = json!({ "result": "ok", "custom_data": custom_data });
         if let Some(link) = crm_link {

@@ -37,7 +37,7 @@ fn settings(config: &Config) -> Result<(String, Vec<String>), String> {
 /// Typing notices come and go by the second; a CRM has no use for them.
 fn is_typing(event: &Event) -> bool {
     let kind = event
-        .payload
+        .payload()
         .pointer("/message/type")
         .and_then(|t| t.as_str());
     event.kind.ends_with("_typing") || matches!(kind, Some("typein" | "typeout"))

@@ -38,7 +38,7 @@ pub fn record(event: &Event) -> Value {
     let Value::Object(fields) = &mut record else {
         return record;
     };
-    let payload = &event.payload;
+    let payload = event.payload();
     match event.kind.as_str() {
         "channel.customer_message" => {
             let sender = payload.get("sender");

@@ -127,7 +127,7 @@ fn keywords_ignore_case_and_the_longest_wins() {
 fn a_button_click_is_answered_like_typed_text() {
     let mut host = greeted(0);
     let mut click = client_message("Opening hours");
-    click.payload["message"]["button_id"] = json!("2");
+    click.payload_mut()["message"]["button_id"] = json!("2");
     assert_eq!(
         FaqBot::handle(&click, &mut host).unwrap(),
         Outcome::reply(text("9 to 5."))

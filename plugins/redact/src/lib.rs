@@ -23,7 +23,7 @@ impl Plugin for Redact {
         let Some((masked, count)) = mask(text, kinds) else {
             return Ok(Outcome::pass());
         };
-        let mut payload = event.payload.clone();
+        let mut payload = event.payload().clone();
         if let Some(slot) = payload.pointer_mut("/message/text") {
             *slot = Value::String(masked);
         }
@@ -72,7 +72,7 @@ mod tests {
     fn replaces_only_the_text() {
         let e = customer_text("7", "my card is 4111 1111 1111 1111");
         let out = run(json!({}), &e);
-        let mut expected = e.payload.clone();
+        let mut expected = e.payload().clone();
         expected["message"]["text"] = json!("my card is [card]");
         assert_eq!(out, Outcome::replace(expected));
     }

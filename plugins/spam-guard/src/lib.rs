@@ -76,7 +76,7 @@ impl Plugin for SpamGuard {
                     "channel": event.channel,
                     "chat_id": event.chat_id,
                     "reason": reason,
-                    "sender_id": event.payload.pointer("/sender/id"),
+                    "sender_id": event.payload().pointer("/sender/id"),
                 }),
             ),
             None => outcome,

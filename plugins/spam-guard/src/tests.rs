@@ -73,7 +73,7 @@ fn default_limit_is_twenty_a_minute() {
 fn numeric_and_text_ids_share_a_window() {
     let mut host = FakeHost::new(json!({"max_messages": 1}));
     let mut numeric = customer_text("1", "hi");
-    numeric.payload["sender"]["id"] = json!(42);
+    numeric.payload_mut()["sender"]["id"] = json!(42);
     assert!(SpamGuard::handle(&numeric, &mut host).unwrap().is_pass());
     let out = SpamGuard::handle(&customer_text("42", "hi"), &mut host).unwrap();
     assert!(matches!(out.action, Action::Drop(_)));

@@ -48,7 +48,7 @@ impl Plugin for Fault {
             "error" => Err(config.str_or("message", "fault plugin: error")?.to_owned()),
             "forward" => {
                 let destination = config.required_str("destination")?;
-                Ok(Outcome::pass().forward(destination, event.payload.clone()))
+                Ok(Outcome::pass().forward(destination, event.payload().clone()))
             }
             "echo_context" => {
                 let echo = json!({
@@ -59,14 +59,14 @@ impl Plugin for Fault {
                     "channel": event.channel,
                     "chat_id": event.chat_id,
                     "at": event.at,
-                    "context": event.context,
+                    "context": event.context(),
                 });
                 host.log(Level::Info, &echo.to_string());
                 Ok(Outcome::pass())
             }
             "note_chat" => {
                 // The chat the plugin was told, under the message's text.
-                let text = event.payload["message"]["text"].as_str().unwrap_or("");
+                let text = event.payload()["message"]["text"].as_str().unwrap_or("");
                 let chat = event.chat_id.map_or("none".to_owned(), |c| c.to_string());
                 host.kv_set(&format!("chat:{text}"), &chat)?;
                 Ok(Outcome::pass())
@@ -85,7 +85,7 @@ impl Plugin for Fault {
                 let destination = config.required_str("destination")?;
                 let mut outcome = Outcome::pass();
                 for _ in 0..config.u64_or("count", 1000)? {
-                    outcome = outcome.forward(destination, event.payload.clone());
+                    outcome = outcome.forward(destination, event.payload().clone());
                 }
                 Ok(outcome)
             }
