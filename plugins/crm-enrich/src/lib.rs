@@ -22,7 +22,11 @@ impl Plugin for CrmEnrich {
             return Ok(Outcome::pass());
         }
         let config = Config::new(host.config())?;
-        let visitor = event.payload().get("visitor").cloned().unwrap_or(Value::Null);
+        let visitor = event
+            .payload()
+            .get("visitor")
+            .cloned()
+            .unwrap_or(Value::Null);
         let number = visitor
             .get("number")
             .map(|n| match n {
