@@ -15,16 +15,18 @@ use crate::support::{
 
 /// `hub <args…>` in `dir`, without the developer's own `HUB_*` variables.
 fn hub_in(dir: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hub"));
+    hub_command(Command::new(env!("CARGO_BIN_EXE_hub")), dir, args)
+        .output()
+        .expect("run hub")
+}
+
+/// `command` (the hub, or a shell that starts it) set up as [`hub_in`] runs it.
+fn hub_command(mut command: Command, dir: &Path, args: &[&str]) -> Command {
     for var in hub::config::ENV_OVERRIDES {
         command.env_remove(var);
     }
+    command.current_dir(dir).args(args).env("RUST_LOG", "warn");
     command
-        .current_dir(dir)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run hub")
 }
 
 /// As [`hub_in`], off the async runtime, so loopback servers of the test keep answering.
@@ -495,4 +497,50 @@ async fn plugin_test_watch_runs_again_when_the_event_or_the_sources_change() {
     .await;
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Where the address space is limited (`ulimit -v`), plugin memories cannot
+/// reserve 4 GiB each: the hub says so, reserves only what a plugin may use,
+/// and plugins run the same.
+#[test]
+fn plugins_run_where_the_address_space_is_limited() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("event.json"),
+        json!({ "kind": "channel.customer_message",
+                "payload": { "sender": { "id": 1 },
+                             "message": { "type": "text", "text": "card 4111 1111 1111 1111" } } })
+        .to_string(),
+    )
+    .expect("write event");
+    let redact = plugin_wasm("redact");
+    let redact = redact.to_str().expect("utf-8 path");
+    // `hub plugin test` has 4 call slots: ~32 GiB of address space with
+    // guard regions, ~4 GiB without; 16 GiB allows only the second.
+    let mut shell = Command::new("sh");
+    shell.args([
+        "-c",
+        "ulimit -v 16777216 && exec \"$0\" \"$@\"",
+        env!("CARGO_BIN_EXE_hub"),
+    ]);
+    let limited = hub_command(shell, dir.path(), &["plugin", "test", redact, "event.json"])
+        .output()
+        .expect("run hub under ulimit -v");
+    let out = json_out(&limited);
+    assert_eq!(out["outcome"], "continue", "{out}");
+    assert_eq!(out["payload"]["message"]["text"], "card [card]", "{out}");
+    assert!(
+        stderr_of(&limited).contains("cannot reserve 4 GiB of address space"),
+        "the fallback is logged: {}",
+        stderr_of(&limited)
+    );
+
+    // Without the limit, the same call and no such warning.
+    let free = hub_in(dir.path(), &["plugin", "test", redact, "event.json"]);
+    assert_eq!(json_out(&free)["payload"], out["payload"]);
+    assert!(
+        !stderr_of(&free).contains("cannot reserve"),
+        "{}",
+        stderr_of(&free)
+    );
 }
