@@ -1,7 +1,7 @@
 //! The wasm side of the SDK: a [`Host`] over the hub's imports and
 //! [`export_plugin!`](crate::export_plugin), which exports a [`Plugin`] as `handle`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::sdk::{
     Action, Config, Direction, Event, Host, LazyJson, Level, Outcome, Plugin, Response,
@@ -73,13 +73,13 @@ impl Host for WitHost {
     fn config(&self) -> Value {
         let raw = host::config();
         match serde_json::from_str::<Value>(&raw) {
-            Ok(Value::Null) => Value::Object(Map::new()),
+            Ok(Value::Null) => empty_object(),
             Ok(config) => config,
             Err(e) => {
                 // The hub writes this JSON itself, so this is a hub bug; a plugin
                 // still works with its defaults.
                 host::log(wit::Level::Warn, &format!("config is not JSON: {e}"));
-                Value::Object(Map::new())
+                empty_object()
             }
         }
     }
@@ -117,7 +117,7 @@ pub fn run<P: Plugin>(event: wit::Event) -> Result<wit::Outcome, String> {
 #[doc(hidden)]
 pub fn validate<P: Plugin>(config: &str) -> Result<(), String> {
     let value = match serde_json::from_str::<Value>(config) {
-        Ok(Value::Null) => Value::Object(Map::new()),
+        Ok(Value::Null) => empty_object(),
         Ok(value) => value,
         Err(e) => return Err(format!("config is not JSON: {e}")),
     };
