@@ -90,7 +90,8 @@ pub struct Deliverer {
 }
 
 const BATCH: i64 = 64;
-/// Longest sleep between looks at the outbox when nothing kicks the deliverer.
+/// Longest sleep between looks at the outbox when nothing kicks the
+/// deliverer: also how late a lease that ran out (its instance died) is seen.
 const IDLE_POLL: Duration = Duration::from_millis(1000);
 
 impl Deliverer {
@@ -124,8 +125,12 @@ impl Deliverer {
             // The configuration refuses a lease that does not outlast every
             // attempt's timeout (a reload too), so a live attempt keeps its row.
             let lease_ms = millis(self.policies.lease);
-            match self.store.claim_due(now_ms(), lease_ms, BATCH).await {
+            let claimed_at = now_ms();
+            // A full batch may have left more behind: claim again at once.
+            let mut full = false;
+            match self.store.claim_due(claimed_at, lease_ms, BATCH).await {
                 Ok(claimed) => {
+                    full = claimed.len() >= BATCH as usize;
                     for row in claimed {
                         let id = row.id.clone();
                         let this = self.clone();
@@ -138,15 +143,19 @@ impl Deliverer {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
-            let wait = match self.store.next_due_at(now_ms()).await {
-                Ok(Some(at)) => {
-                    Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0).max(5))
-                        .min(IDLE_POLL)
-                }
-                Ok(None) => IDLE_POLL,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the outbox");
-                    IDLE_POLL
+            let wait = if full {
+                Duration::ZERO
+            } else {
+                match self.store.next_due_at(claimed_at).await {
+                    Ok(Some(at)) => {
+                        Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0).max(5))
+                            .min(IDLE_POLL)
+                    }
+                    Ok(None) => IDLE_POLL,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the outbox");
+                        IDLE_POLL
+                    }
                 }
             };
             tokio::select! {

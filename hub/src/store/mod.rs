@@ -292,6 +292,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/sqlite/0010_event_log_writes.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/sqlite/0011_outbox_pending.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -330,6 +334,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         10,
         include_str!("../../migrations/postgres/0010_event_log_writes.sql"),
+    ),
+    (
+        11,
+        include_str!("../../migrations/postgres/0011_outbox_pending.sql"),
     ),
 ];
 
