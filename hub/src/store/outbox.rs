@@ -687,20 +687,35 @@ impl Store {
     /// grows with the backlog (about 200 ms at 100 000 rows behind a
     /// recovering integrator, for every claim); these two are index seeks.
     pub async fn next_due_at(&self, since: i64) -> Result<Option<i64>, StoreError> {
-        let row: (Option<i64>, Option<i64>) = sqlx::query_as(
-            "SELECT (SELECT MIN(next_attempt_at) FROM outbox \
-                     WHERE state = 'pending' AND next_attempt_at > $1), \
-                    (SELECT MIN(hold_until) FROM outbox \
-                     WHERE state = 'pending' AND hold_until IS NOT NULL AND hold_until > $1)",
-        )
-        .bind(since)
-        .fetch_one(self.pool())
-        .await
-        .ctx("finding the next due delivery")?;
+        let row: (Option<i64>, Option<i64>) = sqlx::query_as(next_due_sql(self.backend()))
+            .bind(since)
+            .fetch_one(self.pool())
+            .await
+            .ctx("finding the next due delivery")?;
         Ok(match row {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         })
+    }
+}
+
+/// [`Store::next_due_at`]'s statement. SQLite's planner would find the
+/// earliest hold by reading every pending row through `outbox_due`, so it
+/// is told to use `outbox_held` (only held rows are in it).
+fn next_due_sql(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "SELECT (SELECT MIN(next_attempt_at) FROM outbox \
+                     WHERE state = 'pending' AND next_attempt_at > $1), \
+                    (SELECT MIN(hold_until) FROM outbox INDEXED BY outbox_held \
+                     WHERE state = 'pending' AND hold_until IS NOT NULL AND hold_until > $1)"
+        }
+        Backend::Postgres => {
+            "SELECT (SELECT MIN(next_attempt_at) FROM outbox \
+                     WHERE state = 'pending' AND next_attempt_at > $1), \
+                    (SELECT MIN(hold_until) FROM outbox \
+                     WHERE state = 'pending' AND hold_until IS NOT NULL AND hold_until > $1)"
+        }
     }
 }
 
@@ -973,6 +988,34 @@ mod tests {
             plan.iter().any(|step| step.contains("outbox_pending")),
             "{plan:?}"
         );
+    }
+
+    /// The deliverer's next look reads no pending row but through an
+    /// index seek: the next attempt through `outbox_due`, the earliest hold
+    /// through `outbox_held`.
+    #[tokio::test]
+    async fn the_next_look_is_two_index_seeks() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = store(&dir).await;
+        let mut conn = store.pool().acquire().await.expect("connection");
+        let plan: Vec<String> = sqlx::query(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            next_due_sql(Backend::Sqlite)
+        ))
+        .bind(1_i64)
+        .fetch_all(&mut *conn)
+        .await
+        .expect("plan")
+        .iter()
+        .map(|row| row.try_get::<String, _>("detail").unwrap_or_default())
+        .collect();
+        let seeks: Vec<&String> = plan.iter().filter(|s| s.starts_with("SEARCH")).collect();
+        assert_eq!(seeks.len(), 2, "{plan:?}");
+        assert!(
+            seeks[0].contains("outbox_due (state=? AND next_attempt_at>?)"),
+            "{plan:?}"
+        );
+        assert!(seeks[1].contains("outbox_held (hold_until>?)"), "{plan:?}");
     }
 
     /// The deliverer's next look without a kick: the next attempt or hold
