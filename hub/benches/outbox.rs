@@ -81,14 +81,7 @@ async fn main() {
     state(&store, &mut conn, runs, "every key's first row free").await;
     // Each key's first row in flight (leased), 64 of them delivered since:
     // their successors are what a claim must find.
-    sqlx::query(
-        "UPDATE outbox SET lease_until = ?1 WHERE seq IN \
-         (SELECT MIN(seq) FROM outbox WHERE state = 'pending' GROUP BY order_key)",
-    )
-    .bind(NOW * 2)
-    .execute(&mut conn)
-    .await
-    .expect("lease the first rows");
+    lease_first_rows(&mut conn).await;
     sqlx::query(
         "UPDATE outbox SET state = 'delivered', lease_until = NULL WHERE seq IN \
          (SELECT MIN(seq) FROM outbox WHERE state = 'pending' GROUP BY order_key LIMIT 64)",
@@ -103,15 +96,20 @@ async fn main() {
         "first rows in flight, 64 successors free",
     )
     .await;
+    lease_first_rows(&mut conn).await;
+    state(&store, &mut conn, runs, "every key's first row in flight").await;
+}
+
+/// Leases each order key's first pending row, as if it were in flight.
+async fn lease_first_rows(conn: &mut SqliteConnection) {
     sqlx::query(
         "UPDATE outbox SET lease_until = ?1 WHERE seq IN \
          (SELECT MIN(seq) FROM outbox WHERE state = 'pending' GROUP BY order_key)",
     )
     .bind(NOW * 2)
-    .execute(&mut conn)
+    .execute(conn)
     .await
-    .expect("lease the successors");
-    state(&store, &mut conn, runs, "every key's first row in flight").await;
+    .expect("lease the first rows");
 }
 
 /// One line: the median ms of each query in the outbox's current state.

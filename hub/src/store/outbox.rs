@@ -941,6 +941,23 @@ mod tests {
         d.id.to_string()
     }
 
+    /// SQLite's plan for `sql`, one line per step.
+    async fn plan(store: &Store, sql: &str, params: &[i64]) -> Vec<String> {
+        let mut conn = store.pool().acquire().await.expect("connection");
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let mut query = sqlx::query(&explain);
+        for param in params {
+            query = query.bind(*param);
+        }
+        query
+            .fetch_all(&mut *conn)
+            .await
+            .expect("plan")
+            .iter()
+            .map(|row| row.try_get::<String, _>("detail").unwrap_or_default())
+            .collect()
+    }
+
     async fn claim(store: &Store, now: i64) -> Vec<String> {
         let claimed = store.claim_due(now, 60_000, 64).await.expect("claim");
         claimed.into_iter().map(|c| c.id).collect()
@@ -970,20 +987,7 @@ mod tests {
         assert_eq!(claim(&store, 3_000).await, [a2]);
         assert_eq!(claim(&store, 9_000).await, [later]);
 
-        let mut conn = store.pool().acquire().await.expect("connection");
-        let plan: Vec<String> = sqlx::query(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            claim_sql(Backend::Sqlite)
-        ))
-        .bind(1_i64)
-        .bind(1_i64)
-        .bind(64_i64)
-        .fetch_all(&mut *conn)
-        .await
-        .expect("plan")
-        .iter()
-        .map(|row| row.try_get::<String, _>("detail").unwrap_or_default())
-        .collect();
+        let plan = plan(&store, claim_sql(Backend::Sqlite), &[1, 1, 64]).await;
         assert!(
             plan.iter().any(|step| step.contains("outbox_pending")),
             "{plan:?}"
@@ -997,18 +1001,7 @@ mod tests {
     async fn the_next_look_is_two_index_seeks() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = store(&dir).await;
-        let mut conn = store.pool().acquire().await.expect("connection");
-        let plan: Vec<String> = sqlx::query(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            next_due_sql(Backend::Sqlite)
-        ))
-        .bind(1_i64)
-        .fetch_all(&mut *conn)
-        .await
-        .expect("plan")
-        .iter()
-        .map(|row| row.try_get::<String, _>("detail").unwrap_or_default())
-        .collect();
+        let plan = plan(&store, next_due_sql(Backend::Sqlite), &[1]).await;
         let seeks: Vec<&String> = plan.iter().filter(|s| s.starts_with("SEARCH")).collect();
         assert_eq!(seeks.len(), 2, "{plan:?}");
         assert!(
