@@ -703,20 +703,20 @@ impl Store {
 /// earliest hold by reading every pending row through `outbox_due`, so it
 /// is told to use `outbox_held` (only held rows are in it).
 fn next_due_sql(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => {
+    static NEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static NEXT_PG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let (cell, indexed) = match backend {
+        Backend::Sqlite => (&NEXT, " INDEXED BY outbox_held"),
+        Backend::Postgres => (&NEXT_PG, ""),
+    };
+    cell.get_or_init(|| {
+        format!(
             "SELECT (SELECT MIN(next_attempt_at) FROM outbox \
                      WHERE state = 'pending' AND next_attempt_at > $1), \
-                    (SELECT MIN(hold_until) FROM outbox INDEXED BY outbox_held \
+                    (SELECT MIN(hold_until) FROM outbox{indexed} \
                      WHERE state = 'pending' AND hold_until IS NOT NULL AND hold_until > $1)"
-        }
-        Backend::Postgres => {
-            "SELECT (SELECT MIN(next_attempt_at) FROM outbox \
-                     WHERE state = 'pending' AND next_attempt_at > $1), \
-                    (SELECT MIN(hold_until) FROM outbox \
-                     WHERE state = 'pending' AND hold_until IS NOT NULL AND hold_until > $1)"
-        }
-    }
+        )
+    })
 }
 
 /// The claim statement: `$1` the new lease's end, `$2` now, `$3` the most
