@@ -1,11 +1,12 @@
 //! Outbox benchmark: what the deliverer's claim and its look for the next
 //! due row cost behind a backlog (an integrator that was down), now (the
 //! store's own `claim_due` and `next_due_at`) and as the queries were before
-//! migration 11 (their row choice, run on the same file), side by side.
+//! migration 11 and before migration 12 (their row choice, run on the same
+//! file), side by side.
 //!
 //! `cargo bench -p hub --bench outbox`; BENCH_BACKLOG (default 100000)
 //! pending rows over BENCH_KEYS (default 5000) chats, after BENCH_HISTORY
-//! (default 200000) delivered rows. Prints, for three states of the backlog,
+//! (default 200000) delivered rows. Prints, for four states of the backlog,
 //! the median ms of each query over BENCH_RUNS (default 5) runs.
 
 use std::time::Instant;
@@ -17,13 +18,29 @@ mod common;
 
 use common::env_or;
 
-/// The claim's choice of rows as it was (the planner took every due row
-/// through `outbox_due`, checked each and sorted them).
-const CLAIM_BEFORE: &str = "SELECT o.seq FROM outbox o WHERE o.state = 'pending' \
-     AND o.next_attempt_at <= ?1 AND (o.lease_until IS NULL OR o.lease_until < ?1) \
-     AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
-     AND p.state = 'pending' AND p.seq < o.seq AND (p.hold_until IS NULL OR p.hold_until > ?1)) \
-     ORDER BY o.seq LIMIT 64";
+/// The claim's choice of rows before migration 11 (the planner took every
+/// due row through `outbox_due`, checked each and sorted them) and before
+/// migration 12 (pending rows in order, each checked, until 64 were found:
+/// all of them when fewer are free).
+const CLAIM_BEFORE: [&str; 2] = [
+    claim_before!(""),
+    claim_before!(" INDEXED BY outbox_pending"),
+];
+
+macro_rules! claim_before {
+    ($indexed:literal) => {
+        concat!(
+            "SELECT o.seq FROM outbox o",
+            $indexed,
+            " WHERE o.state = 'pending' \
+             AND o.next_attempt_at <= ?1 AND (o.lease_until IS NULL OR o.lease_until < ?1) \
+             AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = o.order_key \
+             AND p.state = 'pending' AND p.seq < o.seq \
+             AND (p.hold_until IS NULL OR p.hold_until > ?1)) ORDER BY o.seq LIMIT 64"
+        )
+    };
+}
+use claim_before;
 
 /// The next due time as it was: every pending row checked against the rows
 /// ahead of it.
@@ -63,13 +80,14 @@ async fn main() {
     .execute(&mut conn)
     .await
     .expect("fill the outbox");
+    mark_heads(&mut conn).await;
     println!(
         "outbox benchmark: {history} delivered rows, then {backlog} pending over {keys} order keys; \
          median of {runs} runs"
     );
     println!(
-        "{:<44} {:>12} {:>12} {:>12} {:>12}",
-        "state", "claim before", "claim now", "next before", "next now"
+        "{:<44} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "state", "claim <11", "claim <12", "claim now", "next <11", "next now"
     );
     state(&store, &mut conn, runs, "every key's first row free").await;
     // Each key's first row in flight (leased), 64 of them delivered since:
@@ -82,6 +100,7 @@ async fn main() {
     .execute(&mut conn)
     .await
     .expect("deliver some");
+    mark_heads(&mut conn).await;
     state(
         &store,
         &mut conn,
@@ -91,6 +110,36 @@ async fn main() {
     .await;
     lease_first_rows(&mut conn).await;
     state(&store, &mut conn, runs, "every key's first row in flight").await;
+    // Each key's first row failed and waits for its retry, its hold on the
+    // key passed: the rows behind it may go (the claim's slower path).
+    sqlx::query(
+        "UPDATE outbox SET lease_until = NULL, next_attempt_at = ?1, hold_until = ?2 \
+         WHERE lease_until IS NOT NULL",
+    )
+    .bind(NOW * 2)
+    .bind(NOW - 1)
+    .execute(&mut conn)
+    .await
+    .expect("hold the first rows");
+    state(
+        &store,
+        &mut conn,
+        runs,
+        "first rows wait for a retry, holds passed",
+    )
+    .await;
+}
+
+/// Marks each order key's first pending row its head, as the store's
+/// writes do.
+async fn mark_heads(conn: &mut SqliteConnection) {
+    sqlx::query(
+        "UPDATE outbox SET head = 1 WHERE head = 0 AND seq IN \
+         (SELECT MIN(seq) FROM outbox WHERE state = 'pending' GROUP BY order_key)",
+    )
+    .execute(conn)
+    .await
+    .expect("mark the heads");
 }
 
 /// Leases each order key's first pending row, as if it were in flight.
@@ -107,7 +156,8 @@ async fn lease_first_rows(conn: &mut SqliteConnection) {
 
 /// One line: the median ms of each query in the outbox's current state.
 async fn state(store: &Store, conn: &mut SqliteConnection, runs: usize, label: &str) {
-    let claim_before = select(conn, CLAIM_BEFORE, runs).await;
+    let claim_10 = select(conn, CLAIM_BEFORE[0], runs).await;
+    let claim_11 = select(conn, CLAIM_BEFORE[1], runs).await;
     let mut ms = Vec::with_capacity(runs);
     for _ in 0..runs {
         let started = Instant::now();
@@ -134,7 +184,7 @@ async fn state(store: &Store, conn: &mut SqliteConnection, runs: usize, label: &
     }
     let next_now = median(ms);
     println!(
-        "{label:<44} {claim_before:>9.2} ms {claim_now:>9.2} ms {next_before:>9.2} ms {next_now:>9.2} ms"
+        "{label:<44} {claim_10:>9.2} ms {claim_11:>9.2} ms {claim_now:>9.2} ms {next_before:>9.2} ms {next_now:>9.2} ms"
     );
 }
 

@@ -296,6 +296,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../../migrations/sqlite/0011_outbox_pending.sql"),
     ),
+    (
+        12,
+        include_str!("../../migrations/sqlite/0012_outbox_heads.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -338,6 +342,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         11,
         include_str!("../../migrations/postgres/0011_outbox_pending.sql"),
+    ),
+    (
+        12,
+        include_str!("../../migrations/postgres/0012_outbox_heads.sql"),
     ),
 ];
 

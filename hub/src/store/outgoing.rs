@@ -230,10 +230,16 @@ fn build_script(slots: usize) -> String {
          WHERE eid IS NOT NULL ORDER BY ord"
             .to_owned(),
         // 6: the requests to the integrators, with the message each delivers.
+        // A row is its key's head when no pending row of the key is queued,
+        // in the outbox or earlier in the batch (see migration 12).
         "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, order_key, \
-         message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, secret) \
+         message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, secret, head) \
          SELECT b.oid, b.oevent, b.okind, b.policy, b.url, b.obody, b.chunked, b.okey, \
-         m.id, b.chat, 'pending', 0, b.now, b.now, b.staged, b.secret \
+         m.id, b.chat, 'pending', 0, b.now, b.now, b.staged, b.secret, \
+         CASE WHEN b.okey IS NULL THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = b.okey AND p.state = 'pending') \
+         OR EXISTS (SELECT 1 FROM temp.outgoing_batch e WHERE e.okey = b.okey \
+         AND e.oid IS NOT NULL AND e.ord < b.ord) THEN 0 ELSE 1 END \
          FROM temp.outgoing_batch b LEFT JOIN messages m ON m.uid = b.uid AND b.body IS NOT NULL \
          WHERE b.oid IS NOT NULL ORDER BY b.ord"
             .to_owned(),
