@@ -252,3 +252,92 @@ fn build_script(slots: usize) -> String {
     ]
     .join(";\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Direction, EventKind};
+    use crate::store::outbox::finish;
+    use crate::store::{Durability, NewDelivery, OutboxState, Store};
+
+    /// A typing notice to `chat`, with its outbox row (no message row).
+    fn typing(chat: i64) -> OutgoingWrite {
+        let event = Event::new(
+            EventKind::AGENT_TYPING,
+            Direction::Out,
+            serde_json::json!({}),
+        )
+        .in_chat(chat);
+        let delivery = NewDelivery::channel_message(
+            event.id,
+            "typing",
+            "http://127.0.0.1:9/".into(),
+            "{}".into(),
+            false,
+            chat,
+            true,
+        );
+        OutgoingWrite {
+            chat_id: chat,
+            uid: uuid::Uuid::now_v7().to_string(),
+            author: Author::Agent,
+            agent_id: None,
+            body: None,
+            answered: false,
+            event,
+            delivery,
+            now: 1_000,
+        }
+    }
+
+    /// Rows of one chat written in one batch go out one at a time, in
+    /// order: only the first is its key's head, also behind a row that
+    /// an earlier batch queued.
+    #[tokio::test]
+    async fn a_batchs_rows_of_one_chat_wait_for_each_other() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, Durability::Normal).await.expect("store");
+        let rows = [typing(1), typing(2), typing(1), typing(1)];
+        let mut w = store.begin_write().await.expect("write");
+        write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>())
+            .await
+            .expect("write");
+        w.commit().await.expect("commit");
+        let ids = |rows: &[&OutgoingWrite]| -> Vec<String> {
+            rows.iter().map(|r| r.delivery.id.to_string()).collect()
+        };
+        let claim = async |store: &Store| -> Vec<String> {
+            let claimed = store.claim_due(2_000, 60_000, 64).await.expect("claim");
+            claimed.into_iter().map(|c| c.id).collect()
+        };
+        assert_eq!(claim(&store).await, ids(&[&rows[0], &rows[1]]));
+        let later = typing(2);
+        let mut w = store.begin_write().await.expect("write");
+        write_outgoing(&mut w.tx, &[&later]).await.expect("write");
+        w.commit().await.expect("commit");
+        assert!(
+            claim(&store).await.is_empty(),
+            "both chats have a row in flight"
+        );
+        for (row, next) in [
+            (&rows[0], &rows[2]),
+            (&rows[1], &later),
+            (&rows[2], &rows[3]),
+        ] {
+            let mut w = store.begin_write().await.expect("write");
+            finish(
+                &mut w.tx,
+                &row.delivery.id.to_string(),
+                OutboxState::Delivered,
+                None,
+                1,
+                2_000,
+            )
+            .await
+            .expect("finish");
+            w.commit().await.expect("commit");
+            assert_eq!(claim(&store).await, ids(&[next]));
+        }
+    }
+}
