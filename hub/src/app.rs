@@ -325,6 +325,11 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         app.kick.clone(),
         shutdown.clone(),
     ));
+    tokio::spawn(crate::delivery::prune::run(
+        store.clone(),
+        app.config.storage.delivered_retention_hours,
+        shutdown.clone(),
+    ));
     let conversations = app.conversations.clone();
     let server = tokio::spawn(crate::http::serve(listener, app, shutdown, grace));
     tracing::info!(%addr, base = %base, "listening");

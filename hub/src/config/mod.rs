@@ -293,6 +293,11 @@ pub struct StorageConfig {
     /// and in `hub check`; then both give up naming the database.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// How long outbound requests that were delivered (or dropped by a
+    /// plugin) stay in the outbox, for operators to look up; 0 keeps them
+    /// for good. Dead letters stay until they are replayed.
+    #[serde(default = "default_delivered_retention_hours")]
+    pub delivered_retention_hours: u64,
 }
 
 /// `hub check` promises an answer within two minutes, so a connection
@@ -307,6 +312,9 @@ fn default_acquire_timeout_ms() -> u64 {
 }
 fn default_connect_timeout_ms() -> u64 {
     10_000
+}
+fn default_delivered_retention_hours() -> u64 {
+    24 * 7
 }
 
 impl StorageConfig {
@@ -534,6 +542,7 @@ impl Default for StorageConfig {
             max_connections: default_max_connections(),
             acquire_timeout_ms: default_acquire_timeout_ms(),
             connect_timeout_ms: default_connect_timeout_ms(),
+            delivered_retention_hours: default_delivered_retention_hours(),
         }
     }
 }

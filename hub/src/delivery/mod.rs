@@ -3,6 +3,7 @@
 //! the [`Finisher`]'s business.
 
 mod policy;
+pub mod prune;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -127,6 +127,7 @@ fn base() -> Vec<Section> {
                 raw("max_connections", "16", Int),
                 raw("acquire_timeout_ms", "5000", Int),
                 raw("connect_timeout_ms", "10000", Int),
+                raw("delivered_retention_hours", "168", Int),
             ],
         ),
         table("admin", vec![raw("token", "\"0123456789abcdef0123\"", Str)]),

@@ -825,6 +825,29 @@ fn claim_sql(backend: Backend) -> &'static str {
 /// Greater than any row's `seq`.
 const LAST_SEQ: i64 = i64::MAX;
 
+/// [`Store::prune_finished`]'s statement: `$1` the cut-off, `$2` the most
+/// rows. Through `outbox_due`: a row's last attempt falls due before it
+/// finishes, so the rows old enough are a range of that index.
+const PRUNE: &str = "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox \
+     WHERE state IN ('delivered', 'dropped') AND next_attempt_at < $1 AND finished_at < $1 \
+     LIMIT $2)";
+
+impl Store {
+    /// Deletes up to `limit` rows delivered (or dropped by a plugin) before
+    /// `before`; how many went. Dead letters stay until they are replayed.
+    pub async fn prune_finished(&self, before: i64, limit: i64) -> Result<u64, StoreError> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(PRUNE)
+            .bind(before)
+            .bind(limit)
+            .execute(&mut *w.tx)
+            .await
+            .ctx("pruning finished deliveries")?;
+        w.commit().await?;
+        Ok(done.rows_affected())
+    }
+}
+
 /// Pending rows of one retry policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRows {
@@ -1082,6 +1105,56 @@ mod tests {
                 && step.as_str() != heads
         };
         assert!(!plan.iter().any(|step| table_scan(&step)), "{plan:?}");
+    }
+
+    /// Pruning deletes what was delivered or dropped before the cut-off, a
+    /// batch at a time, through an index range; what waits, what is in
+    /// flight, dead letters and recent deliveries stay.
+    #[tokio::test]
+    async fn pruning_deletes_old_finished_rows_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = store(&dir).await;
+        pruning(&store).await;
+        let plan = plan(&store, PRUNE, &[1, 1]).await;
+        assert!(
+            plan.iter().any(|step| step.starts_with(
+                "SEARCH outbox USING INDEX outbox_due (state=? AND next_attempt_at<?)"
+            )),
+            "{plan:?}"
+        );
+        if let Some(store) = postgres().await {
+            pruning(&store).await;
+        }
+    }
+
+    async fn pruning(store: &Store) {
+        let mut old = Vec::new();
+        for state in [
+            OutboxState::Delivered,
+            OutboxState::Dropped,
+            OutboxState::Delivered,
+        ] {
+            let id = queue(store, None, 1_000).await;
+            finish_now(store, &id, state, 2_000).await;
+            old.push(id);
+        }
+        let dead = queue(store, None, 1_000).await;
+        finish_now(store, &dead, OutboxState::Failed, 2_000).await;
+        let recent = queue(store, None, 1_000).await;
+        finish_now(store, &recent, OutboxState::Delivered, 9_000).await;
+        let in_flight = queue(store, Some(1), 1_000).await;
+        let waiting = queue(store, Some(1), 1_000).await;
+        assert_eq!(claim(store, 1_500).await, [in_flight.as_str()]);
+
+        assert_eq!(store.prune_finished(5_000, 2).await.expect("prune"), 2);
+        assert_eq!(store.prune_finished(5_000, 2).await.expect("prune"), 1);
+        assert_eq!(store.prune_finished(5_000, 2).await.expect("prune"), 0);
+        for id in &old {
+            assert!(store.delivery(id).await.expect("read").is_none(), "{id}");
+        }
+        for id in [&dead, &recent, &waiting, &in_flight] {
+            assert!(store.delivery(id).await.expect("read").is_some(), "{id}");
+        }
     }
 
     async fn finish_now(store: &Store, id: &str, state: OutboxState, now: i64) {
