@@ -2,9 +2,14 @@
 //! plugins on the path, each call in a fresh store, through the same
 //! `Pipeline::run` every event crosses. Prints p50/p99 per event, the cost per
 //! plugin, and events/s with all cores busy.
+//! Then the same calls with the caches cold: in a served hub the HTTP path
+//! and SQLite run between two calls and evict what a call touched, so a call
+//! there costs about what the cold figure says, not the warm one.
 //! Run: `cargo bench -p hub --bench plugins`. Environment: BENCH_EVENTS
 //! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs),
-//! BENCH_SLOTS (default 64, the runtime's pooled instances).
+//! BENCH_SLOTS (default 64, the runtime's pooled instances), BENCH_COLD_KB
+//! (default 4096, memory written between two events of the cold runs; 0
+//! skips them).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -52,7 +57,11 @@ struct Figures {
     per_sec: f64,
 }
 
-async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figures {
+/// Runs `events` events one after the other (their latencies), then spread
+/// over `tasks` concurrent tasks (events/s; none when `tasks` is 0). With
+/// `cold` bytes, each sequential event is preceded by writing that much
+/// memory, outside the timed part.
+async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize, cold: usize) -> Figures {
     let event = || {
         Event::new(
             EventKind::CUSTOMER_MESSAGE,
@@ -68,7 +77,13 @@ async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figure
         pipeline.run(event()).await;
     }
     let mut latencies = Vec::with_capacity(events);
-    for _ in 0..events {
+    let mut scratch = vec![0u8; cold];
+    for i in 0..events {
+        // One write per cache line evicts what the last call left behind.
+        for line in scratch.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(i as u8);
+        }
+        std::hint::black_box(&scratch);
         let started = Instant::now();
         let routed = pipeline.run(event()).await;
         latencies.push(started.elapsed());
@@ -92,7 +107,10 @@ async fn measure(pipeline: Arc<Pipeline>, events: usize, tasks: usize) -> Figure
     for j in joins {
         j.await.expect("bench task");
     }
-    let per_sec = (events / tasks * tasks) as f64 / started.elapsed().as_secs_f64();
+    let per_sec = match tasks {
+        0 => 0.0,
+        _ => (events / tasks * tasks) as f64 / started.elapsed().as_secs_f64(),
+    };
     Figures {
         p50: latencies[latencies.len() / 2],
         p99: latencies[latencies.len() * 99 / 100],
@@ -110,6 +128,7 @@ fn main() {
 async fn bench() {
     let events = env_or("BENCH_EVENTS", 20_000) as usize;
     let tasks = env_or("BENCH_TASKS", 2).max(1) as usize;
+    let cold_kb = env_or("BENCH_COLD_KB", 4096) as usize;
     let plugins = plugins_dir();
     let tmp = tempfile::tempdir().expect("temp dir");
     let store = Store::open(
@@ -170,7 +189,7 @@ async fn bench() {
         let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
         let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
         let before = runtime.counters().snapshot();
-        let f = measure(pipeline, events, tasks).await;
+        let f = measure(pipeline, events, tasks, 0).await;
         let after = runtime.counters().snapshot();
         let change = baseline
             .as_ref()
@@ -211,5 +230,61 @@ async fn bench() {
         p50s[3] - p50s[0],
         (p50s[4] - p50s[3]) / 2.0,
     );
+    if cold_kb > 0 {
+        cold(
+            &plugins,
+            &tmp,
+            &runtime,
+            &store,
+            &sender,
+            events,
+            cold_kb << 10,
+        )
+        .await;
+    }
     store.close().await;
+}
+
+/// The sequential latency again with `bytes` written between two events:
+/// what a call costs when the rest of a served hub ran in between.
+async fn cold(
+    plugins: &Path,
+    tmp: &tempfile::TempDir,
+    runtime: &Runtime,
+    store: &Store,
+    sender: &HttpSender,
+    events: usize,
+    bytes: usize,
+) {
+    let runs: [(&str, Vec<Link<'_>>); 3] = [
+        ("0 plugins", vec![]),
+        (
+            "1 plugin (no-op)",
+            vec![("noop", "fault", "fault = \"none\"")],
+        ),
+        ("1 plugin (redact)", vec![("redact", "redact", "")]),
+    ];
+    println!(
+        "\ncaches cold ({} KiB written between two events, outside the timed part):",
+        bytes >> 10
+    );
+    let mut p50s = Vec::new();
+    for (label, chain) in runs {
+        let file = tmp.path().join("hub.toml");
+        let config = Config::parse(&wiring_toml(plugins, &chain), &file).expect("config");
+        let (wiring, _) = Wiring::load(&config, runtime, store, sender).expect("plugins load");
+        let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
+        let f = measure(pipeline, events, 0, bytes).await;
+        println!(
+            "{label:<24} {:>10.1} {:>10.1}",
+            f.p50.as_secs_f64() * 1e6,
+            f.p99.as_secs_f64() * 1e6,
+        );
+        p50s.push(f.p50.as_secs_f64() * 1e6);
+    }
+    println!(
+        "per plugin, p50, caches cold: no-op {:.1} µs; redact {:.1} µs",
+        p50s[1] - p50s[0],
+        p50s[2] - p50s[0],
+    );
 }

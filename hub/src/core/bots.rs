@@ -327,7 +327,7 @@ impl Conversations {
                     delivery_error: None,
                     created_at: now,
                 };
-                self.publish(chat, "chat.message", json!({ "message": row }));
+                self.publish(chat, "chat.message", || json!({ "message": row }));
             }
             BotEvent::InviteAgent(_) => {
                 match state {
@@ -354,12 +354,10 @@ impl Conversations {
                 record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
                 self.kick.kick();
-                self.publish(
-                    chat,
-                    "chat.invited",
+                self.publish(chat, "chat.invited", || {
                     json!({ "chat": chat, "bot": { "id": bot.id, "name": bot.name,
-                            "state": next }, "client": client_view(&client) }),
-                );
+                            "state": next }, "client": client_view(&client) })
+                });
             }
             BotEvent::ClientInfo(info) => {
                 let contacts = info.contacts();
@@ -380,7 +378,7 @@ impl Conversations {
                     self.publish(
                         chat,
                         "chat.client",
-                        json!({ "client": client_view(&client) }),
+                        || json!({ "client": client_view(&client) }),
                     );
                 }
             }

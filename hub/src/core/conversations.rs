@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use plugin_api::channel::{
-    AgentMessage, AgentSender, CustomerMessage, Message, Recipient, customer_message_from_value,
-};
+use plugin_api::channel::{AgentMessage, AgentSender, CustomerMessage, Message, Recipient};
+use serde::Deserialize;
 use serde_json::json;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -162,10 +161,12 @@ impl Conversations {
             _ => None,
         };
         // The pipeline checked a changed payload against the channel's
-        // rules; an unchanged one is the message we started from.
+        // rules and wrote it back in their normal form, which serde reads
+        // as it is (`valid_messages_round_trip`), without a copy; an
+        // unchanged one is the message we started from.
         let message = if routed.changed {
-            customer_message_from_value(routed.event.payload.clone())
-                .map_err(|e| CoreError::Invalid(e.0))?
+            CustomerMessage::deserialize(&routed.event.payload)
+                .map_err(|e| CoreError::Invalid(format!("a plugin's payload: {e}")))?
         } else {
             message
         };
@@ -229,19 +230,19 @@ impl Conversations {
                 self.publish(
                     chat,
                     "chat.opened",
-                    json!({ "chat": chat, "client": client_view(&client) }),
+                    || json!({ "chat": chat, "client": client_view(&client) }),
                 );
             }
             match &stored {
                 Some(m) => self.publish(
                     chat,
                     "chat.message",
-                    json!({ "message": m, "client": client_view(&client) }),
+                    || json!({ "message": m, "client": client_view(&client) }),
                 ),
                 None => self.publish(
                     chat,
                     "chat.typing",
-                    json!({ "typing": message.message == Message::Typein, "by": "client" }),
+                    || json!({ "typing": message.message == Message::Typein, "by": "client" }),
                 ),
             }
         }
@@ -326,7 +327,7 @@ impl Conversations {
                 channel_id,
                 0,
                 "channel.availability",
-                json!({ "online": available }),
+                || json!({ "online": available }),
             );
         }
         Ok(())
@@ -413,7 +414,11 @@ impl Conversations {
             .chat_by_id(chat_id)
             .await?
             .ok_or(CoreError::NotFound)?;
-        self.publish(&chat, kind, json!({ "chat": chat, "agent_id": agent.id }));
+        self.publish(
+            &chat,
+            kind,
+            || json!({ "chat": chat, "agent_id": agent.id }),
+        );
         Ok(chat)
     }
 
@@ -611,18 +616,18 @@ impl Conversations {
             self.publish(
                 &accepted,
                 "chat.accepted",
-                json!({ "chat": accepted, "agent_id": agent_id }),
+                || json!({ "chat": accepted, "agent_id": agent_id }),
             );
         }
         if let Some(m) = &stored {
-            self.publish(&chat, "chat.message", json!({ "message": m }));
+            self.publish(&chat, "chat.message", || json!({ "message": m }));
         } else if let Some(agent) = agent {
             // A widget visitor sees the agent typing; agents see each other.
             let typing = wire.message == Message::Typein;
             self.publish(
                 &chat,
                 "chat.typing",
-                json!({ "typing": typing, "by": "agent", "name": agent.name }),
+                || json!({ "typing": typing, "by": "agent", "name": agent.name }),
             );
         }
         Ok(stored)
@@ -633,7 +638,14 @@ impl Conversations {
         &self.live
     }
 
-    pub(crate) fn publish(&self, chat: &Chat, kind: &'static str, data: serde_json::Value) {
+    /// Publishes a live update; `data` is built only when someone receives
+    /// it (an open agent or visitor stream, or other instances).
+    pub(crate) fn publish(
+        &self,
+        chat: &Chat,
+        kind: &'static str,
+        data: impl FnOnce() -> serde_json::Value,
+    ) {
         self.publish_to(chat.channel_id, chat.id, kind, data);
     }
 
@@ -642,13 +654,16 @@ impl Conversations {
         channel_id: i64,
         chat_id: i64,
         kind: &'static str,
-        data: serde_json::Value,
+        data: impl FnOnce() -> serde_json::Value,
     ) {
+        if !self.live.is_heard() {
+            return;
+        }
         self.live.publish(LiveEvent {
             kind,
             channel_id,
             chat_id,
-            data,
+            data: data(),
         });
     }
 }

@@ -39,7 +39,7 @@ impl Conversations {
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
         self.kick.kick();
-        self.publish(&chat, "chat.crm_linked", json!({ "crm_link": link }));
+        self.publish(&chat, "chat.crm_linked", || json!({ "crm_link": link }));
         Ok(link)
     }
 
@@ -148,7 +148,7 @@ impl Conversations {
             self.publish(
                 &chat,
                 "chat.call",
-                json!({ "id": call_id, "call": call, "agent_id": agent.id }),
+                || json!({ "id": call_id, "call": call, "agent_id": agent.id }),
             );
         }
         Ok(json!({ "id": call_id, "chat_id": chat_id, "call": call }))

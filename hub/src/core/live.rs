@@ -101,6 +101,13 @@ impl Live {
         let _ = self.tx.send(event);
     }
 
+    /// Whether an update published now reaches anyone: a stream of this
+    /// instance, or the other instances. Nobody listening is the common case
+    /// of a busy channel at night, and building an update costs microseconds.
+    pub fn is_heard(&self) -> bool {
+        self.relay.is_some() || self.tx.receiver_count() > 0
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<LiveEvent> {
         self.tx.subscribe()
     }
@@ -222,5 +229,28 @@ async fn receive_notices(
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "a malformed notice from another instance"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_is_heard_only_while_a_stream_is_open() {
+        let live = Live::default();
+        assert!(!live.is_heard(), "nobody subscribed yet");
+        let mut stream = live.subscribe();
+        assert!(live.is_heard());
+        live.publish(LiveEvent {
+            kind: "chat.message",
+            channel_id: 1,
+            chat_id: 2,
+            data: serde_json::json!({ "n": 1 }),
+        });
+        let got = stream.try_recv().expect("the open stream gets the update");
+        assert_eq!((got.kind, got.chat_id), ("chat.message", 2));
+        drop(stream);
+        assert!(!live.is_heard(), "the last stream closed");
     }
 }

@@ -212,10 +212,10 @@ impl Finisher for Conversations {
             if let (Some(channel_id), Some(chat_id), Some(_)) =
                 (row.channel_id, row.chat_id, row.message_id)
             {
-                self.publish_to(channel_id, chat_id, "message.delivery", payload);
+                self.publish_to(channel_id, chat_id, "message.delivery", || payload);
             }
             if let (Some((chat, _)), Some(shown)) = (&integration, shown) {
-                self.publish(chat, "chat.integration", json!({ "integration": shown }));
+                self.publish(chat, "chat.integration", || json!({ "integration": shown }));
             }
             // A bot that never answered (or a plugin bot that failed): the
             // chat goes to agents as if it had sent INVITE_AGENT.

@@ -413,14 +413,14 @@ impl Conversations {
                 self.publish(
                     &chat,
                     "chat.opened",
-                    json!({ "chat": chat, "client": client_view(client) }),
+                    || json!({ "chat": chat, "client": client_view(client) }),
                 );
             }
             // Agents see the request and take it through the calls API.
             self.publish(
                 &chat,
                 "chat.call",
-                json!({ "id": call_id, "call": call, "agent_id": null }),
+                || json!({ "id": call_id, "call": call, "agent_id": null }),
             );
         }
         if let (Some(kind), Some(chat_id)) = (publish, chat) {
@@ -429,10 +429,7 @@ impl Conversations {
                 .store
                 .visitor_extras(client.as_ref().map_or(0, |c| c.id))
                 .await?;
-            self.publish_to(
-                channel.id,
-                chat_id,
-                kind,
+            self.publish_to(channel.id, chat_id, kind, || {
                 json!({
                     "client": client.as_ref().map(client_view),
                     "custom_data": extras
@@ -440,8 +437,8 @@ impl Conversations {
                         .and_then(|t| serde_json::from_str::<Value>(&t).ok()),
                     "page": { "url": client.as_ref().and_then(|c| c.url.clone()),
                               "title": extras.page_title },
-                }),
-            );
+                })
+            });
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use plugin_api::channel::{
 };
 use plugin_api::lenient::{ExternalId, Label};
 use proptest::prelude::*;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
@@ -533,6 +534,8 @@ proptest! {
         let mut action = Action::Continue(Some(wire.clone()));
         check_action(&kind, &mut action).unwrap();
         let Action::Continue(Some(checked)) = action else { panic!("action changed") };
+        // The ingress reads a checked payload back with serde alone.
+        prop_assert_eq!(&CustomerMessage::deserialize(&checked).unwrap(), &m);
         prop_assert_eq!(checked, wire);
     }
 
