@@ -79,10 +79,52 @@ mod tests {
     #[tokio::test]
     async fn a_large_backlog_is_pruned_batch_by_batch() {
         let dir = tempfile::tempdir().expect("temp dir");
+        let store = delivered_rows(&dir, 2_510, 2_500).await;
+        let (_stop, shutdown) = watch::channel(false);
+        let pruned = prune_before(&store, 5_000, &shutdown).await;
+        assert_eq!(pruned.expect("prune"), 2_500);
+        assert_eq!(delivered(&store).await, 10);
+    }
+
+    /// The task prunes at start and ends at shutdown; with a retention of
+    /// 0 hours it keeps every row.
+    #[tokio::test]
+    async fn the_task_prunes_at_start_and_zero_hours_keeps_everything() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Finished in 1970: older than any retention.
+        let store = delivered_rows(&dir, 30, 20).await;
+        let (stop, shutdown) = watch::channel(false);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            run(store.clone(), 0, shutdown.clone()),
+        )
+        .await
+        .expect("with 0 hours the task ends at once");
+        assert_eq!(delivered(&store).await, 30);
+
+        let task = tokio::spawn(run(store.clone(), 1, shutdown));
+        let started = std::time::Instant::now();
+        while delivered(&store).await > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "not pruned at start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).expect("task listens");
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ends at shutdown, not after its 10 minutes")
+            .expect("task");
+    }
+
+    /// A store with `rows` delivered rows: the first `old` finished at
+    /// 2 000 ms since the epoch, the rest at 9 000.
+    async fn delivered_rows(dir: &tempfile::TempDir, rows: usize, old: usize) -> Store {
         let url = format!("sqlite://{}", dir.path().join("hub.db").display());
         let store = Store::open(&url, Durability::Normal).await.expect("store");
         let mut w = store.begin_write().await.expect("write");
-        for i in 0..2_510 {
+        for i in 0..rows {
             let d = NewDelivery::forward(
                 uuid::Uuid::now_v7(),
                 "crm",
@@ -91,7 +133,7 @@ mod tests {
                 None,
             );
             enqueue(&mut w.tx, &d, 1_000).await.expect("enqueue");
-            let finished = if i < 2_500 { 2_000 } else { 9_000 };
+            let finished = if i < old { 2_000 } else { 9_000 };
             finish(
                 &mut w.tx,
                 &d.id.to_string(),
@@ -104,13 +146,14 @@ mod tests {
             .expect("finish");
         }
         w.commit().await.expect("commit");
-        let (_stop, shutdown) = watch::channel(false);
-        let pruned = prune_before(&store, 5_000, &shutdown).await;
-        assert_eq!(pruned.expect("prune"), 2_500);
-        let left = store
+        store
+    }
+
+    async fn delivered(store: &Store) -> usize {
+        store
             .list_deliveries(OutboxState::Delivered, 10_000)
             .await
-            .expect("list");
-        assert_eq!(left.len(), 10);
+            .expect("list")
+            .len()
     }
 }
