@@ -32,6 +32,29 @@ use common::{env_or, guard_backtraces, plugins_dir};
 /// One plugin of a chain: its name, the `.wasm` it loads and its config table.
 type Link<'a> = (&'a str, &'a str, &'a str);
 
+const NOOP: Link<'static> = ("noop", "fault", "fault = \"none\"");
+const REDACT: Link<'static> = ("redact", "redact", "");
+
+/// What every run loads its chain with.
+struct Setup {
+    plugins: std::path::PathBuf,
+    tmp: tempfile::TempDir,
+    runtime: Runtime,
+    store: Store,
+    sender: HttpSender,
+}
+
+impl Setup {
+    /// A pipeline whose one route runs `chain` on customer messages.
+    fn pipeline(&self, chain: &[Link<'_>]) -> Arc<Pipeline> {
+        let file = self.tmp.path().join("hub.toml");
+        let config = Config::parse(&wiring_toml(&self.plugins, chain), &file).expect("config");
+        let (wiring, _) =
+            Wiring::load(&config, &self.runtime, &self.store, &self.sender).expect("plugins load");
+        Arc::new(Pipeline::new(WiringHandle::new(wiring), self.store.clone()))
+    }
+}
+
 /// A configuration whose one route runs `chain` on customer messages.
 fn wiring_toml(dir: &Path, chain: &[Link<'_>]) -> String {
     let mut text = String::new();
@@ -153,9 +176,15 @@ async fn bench() {
     let slots = env_or("BENCH_SLOTS", 64) as u32;
     let runtime = Runtime::new(tmp.path().join("cache"), slots).expect("runtime");
     let sender = HttpSender::new().expect("http client");
+    let setup = Setup {
+        plugins,
+        tmp,
+        runtime,
+        store,
+        sender,
+    };
 
-    let noop = ("noop", "fault", "fault = \"none\"");
-    let redact = ("redact", "redact", "");
+    let (noop, redact) = (NOOP, REDACT);
     let runs: [(&str, Vec<Link<'_>>); 5] = [
         ("0 plugins", vec![]),
         ("1 plugin (no-op)", vec![noop]),
@@ -184,13 +213,10 @@ async fn bench() {
     let mut baseline: Option<Figures> = None;
     let mut p50s = Vec::new();
     for (label, chain) in runs {
-        let file = tmp.path().join("hub.toml");
-        let config = Config::parse(&wiring_toml(&plugins, &chain), &file).expect("config");
-        let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugins load");
-        let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
-        let before = runtime.counters().snapshot();
+        let pipeline = setup.pipeline(&chain);
+        let before = setup.runtime.counters().snapshot();
         let f = measure(pipeline, events, tasks, 0).await;
-        let after = runtime.counters().snapshot();
+        let after = setup.runtime.counters().snapshot();
         let change = baseline
             .as_ref()
             .map(|b| format!("{:+.1} %", 100.0 * (f.per_sec / b.per_sec - 1.0)))
@@ -231,38 +257,18 @@ async fn bench() {
         (p50s[4] - p50s[3]) / 2.0,
     );
     if cold_kb > 0 {
-        cold(
-            &plugins,
-            &tmp,
-            &runtime,
-            &store,
-            &sender,
-            events,
-            cold_kb << 10,
-        )
-        .await;
+        cold(&setup, events, cold_kb << 10).await;
     }
-    store.close().await;
+    setup.store.close().await;
 }
 
 /// The sequential latency again with `bytes` written between two events:
 /// what a call costs when the rest of a served hub ran in between.
-async fn cold(
-    plugins: &Path,
-    tmp: &tempfile::TempDir,
-    runtime: &Runtime,
-    store: &Store,
-    sender: &HttpSender,
-    events: usize,
-    bytes: usize,
-) {
+async fn cold(setup: &Setup, events: usize, bytes: usize) {
     let runs: [(&str, Vec<Link<'_>>); 3] = [
         ("0 plugins", vec![]),
-        (
-            "1 plugin (no-op)",
-            vec![("noop", "fault", "fault = \"none\"")],
-        ),
-        ("1 plugin (redact)", vec![("redact", "redact", "")]),
+        ("1 plugin (no-op)", vec![NOOP]),
+        ("1 plugin (redact)", vec![REDACT]),
     ];
     println!(
         "\ncaches cold ({} KiB written between two events, outside the timed part):",
@@ -270,11 +276,7 @@ async fn cold(
     );
     let mut p50s = Vec::new();
     for (label, chain) in runs {
-        let file = tmp.path().join("hub.toml");
-        let config = Config::parse(&wiring_toml(plugins, &chain), &file).expect("config");
-        let (wiring, _) = Wiring::load(&config, runtime, store, sender).expect("plugins load");
-        let pipeline = Arc::new(Pipeline::new(WiringHandle::new(wiring), store.clone()));
-        let f = measure(pipeline, events, 0, bytes).await;
+        let f = measure(setup.pipeline(&chain), events, 0, bytes).await;
         println!(
             "{label:<24} {:>10.1} {:>10.1}",
             f.p50.as_secs_f64() * 1e6,
