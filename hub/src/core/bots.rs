@@ -374,7 +374,10 @@ impl Conversations {
                 record_in(&mut w.tx, routed, now).await?;
                 w.commit().await?;
                 self.kick.kick();
-                if let Some(client) = self.store.client_by_id(chat.client_id).await? {
+                // The read is for the update alone.
+                if self.live().is_heard()
+                    && let Some(client) = self.store.client_by_id(chat.client_id).await?
+                {
                     self.publish(
                         chat,
                         "chat.client",

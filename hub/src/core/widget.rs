@@ -423,7 +423,10 @@ impl Conversations {
                 || json!({ "id": call_id, "call": call, "agent_id": null }),
             );
         }
-        if let (Some(kind), Some(chat_id)) = (publish, chat) {
+        // The reads below are for the update alone.
+        if let (Some(kind), Some(chat_id)) = (publish, chat)
+            && self.live().is_heard()
+        {
             let client = self.store.client_by_id(client.id).await?;
             let extras = self
                 .store
