@@ -10,6 +10,12 @@
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
 //! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s).
 //!
+//! Side by side: `BENCH_AB=<path of another hub binary>` runs this build's
+//! `hub serve` and that one alternately (`BENCH_AB_ROUNDS`, default 3),
+//! without plugins and with `redact` (`full`), each on a fresh database, and
+//! prints both with the hub's CPU per message and the ratios of the means
+//! (`channel/ab.rs`).
+//!
 //! PostgreSQL: with HUB_BENCH_DATABASE_URL (or else HUB_TEST_DATABASE_URL, as
 //! `scripts/with-postgres.sh` sets it) naming a server (a URL of any database
 //! there, as a user allowed to create databases), the black-box part also
@@ -45,6 +51,9 @@ use tokio::net::{TcpListener, TcpStream};
 mod common;
 
 use common::{create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
+
+#[path = "channel/ab.rs"]
+mod ab;
 
 const ADMIN: &str = "bench-admin-token-0123456789";
 
@@ -108,6 +117,10 @@ async fn bench() {
         return;
     }
     let plugins = plugins_dir();
+    if let Some(other) = std::env::var_os("BENCH_AB") {
+        ab::compare(Path::new(&other), conns, duration, replies, &plugins).await;
+        return;
+    }
     println!(
         "channel benchmark: {conns} connections, {secs} s per run, 2 cores shared with the load generator"
     );
@@ -517,6 +530,19 @@ impl ServedHub {
         setup: Setup,
         plugins: &Path,
     ) -> ServedHub {
+        let binary = Path::new(env!("CARGO_BIN_EXE_hub"));
+        ServedHub::start_binary(binary, dir, name, storage, setup, plugins).await
+    }
+
+    /// [`ServedHub::start`] with another `hub` binary.
+    async fn start_binary(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        storage: &str,
+        setup: Setup,
+        plugins: &Path,
+    ) -> ServedHub {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -529,7 +555,7 @@ impl ServedHub {
         )
         .expect("write config");
         let log: PathBuf = dir.join(format!("{name}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hub"))
+        let mut child = Command::new(binary)
             .args(["--config", &path.display().to_string(), "serve"])
             // What `hub serve` logs with the default `hub.toml` (`info`).
             .env(

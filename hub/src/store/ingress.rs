@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{Query, Scripts, json_cell, run, run_script, slots_for, values};
-use super::chats::{CHAT_COLUMNS, CLIENT_MERGE, chat_from_row, upsert_client};
+use super::chats::CLIENT_MERGE;
 use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError, is_postgres};
 use crate::event::Event;
 
@@ -62,7 +62,9 @@ const LIVE_CHAT: &str = "(SELECT lc.id FROM chats lc WHERE lc.client_id = c.id \
 const BATCH_CLIENT: &str =
     "temp.ingress_batch b CROSS JOIN clients c ON c.channel_id = b.ch AND c.external_key = b.k";
 
-/// Stores `items` in order, in the caller's transaction.
+/// Stores `items` in order, in the caller's transaction: a snapshot of the
+/// batch's known clients, then the writes (SQLite and PostgreSQL each in
+/// their own set-based statements).
 pub async fn write_customer_messages(
     conn: &mut AnyConnection,
     items: &[&CustomerWrite],
@@ -70,27 +72,13 @@ pub async fn write_customer_messages(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    if is_postgres(conn) {
-        let mut written = Vec::with_capacity(items.len());
-        for item in items {
-            written.push(write_one(conn, item).await?);
-        }
-        return Ok(written);
-    }
     let known = known_clients(conn, items).await?;
     let plan = Plan::new(items, known);
-    let slots = slots_for(items.len());
-    let mut query = sqlx::query(WRITE_SCRIPTS.get(slots));
-    for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
-        query = bind_row(query, seq, item, step);
-    }
-    for _ in items.len()..slots {
-        for _ in BATCH_COLUMNS {
-            query = query.bind(None::<String>);
-        }
-    }
-    let statements = run(conn, query, WHAT).await?;
-    let results: Vec<ResultRow> = json_cell(statements.get(FINAL_STATEMENT), 0)?;
+    let results = if is_postgres(conn) {
+        write_postgres(conn, items, &plan).await?
+    } else {
+        write_sqlite(conn, items, &plan).await?
+    };
     if results.len() != items.len() {
         return Err(StoreError::Corrupt(format!(
             "the batch script returned {} results for {} messages",
@@ -166,103 +154,6 @@ pub async fn write_customer_messages(
     Ok(written)
 }
 
-/// PostgreSQL: one message with one statement per step, what the batch
-/// script does for it. (PostgreSQL runs no script of several statements
-/// with parameters, and one statement cannot see its own rows, so the
-/// script's set-based steps would not see the batch's earlier messages.)
-async fn write_one(
-    conn: &mut AnyConnection,
-    item: &CustomerWrite,
-) -> Result<CustomerWritten, StoreError> {
-    let before: Option<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT name, phone, email FROM clients WHERE channel_id = $1 AND external_key = $2",
-    )
-    .bind(item.channel_id)
-    .bind(item.sender.id.as_key())
-    .fetch_optional(&mut *conn)
-    .await
-    .ctx(WHAT)?;
-    let mut client = upsert_client(conn, item.channel_id, &item.sender, item.now).await?;
-    // As the batch answers: the id as this message sent it.
-    client.external_id = item.sender.id.clone();
-    let profile_changed = before.is_some_and(|(name, phone, email)| {
-        name != client.name || phone != client.phone || email != client.email
-    });
-    let live = sqlx::query(&format!(
-        "SELECT {CHAT_COLUMNS} FROM chats WHERE client_id = $1 AND state <> 'closed' \
-         ORDER BY id DESC LIMIT 1"
-    ))
-    .bind(client.id)
-    .fetch_optional(&mut *conn)
-    .await
-    .ctx(WHAT)?;
-    let mut chat = live.as_ref().map(chat_from_row).transpose()?;
-    let mut opened = false;
-    let mut message = None;
-    if let Some(body) = &item.body {
-        let mut live = match chat {
-            Some(chat) => chat,
-            None => {
-                opened = true;
-                super::chats::insert_chat(conn, item.channel_id, client.id, item.now).await?
-            }
-        };
-        let (id,): (i64,) = sqlx::query_as(
-            "INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
-             created_at) VALUES ($1, $2, 'client', NULL, $3, NULL, $4) RETURNING id",
-        )
-        .bind(item.uid.as_str())
-        .bind(live.id)
-        .bind(body.as_str())
-        .bind(item.now)
-        .fetch_one(&mut *conn)
-        .await
-        .ctx(WHAT)?;
-        sqlx::query("UPDATE chats SET last_message_at = $1 WHERE id = $2")
-            .bind(item.now)
-            .bind(live.id)
-            .execute(&mut *conn)
-            .await
-            .ctx(WHAT)?;
-        live.last_message_at = item.now;
-        message = Some(MessageRow {
-            id,
-            author_name: None,
-            uid: item.uid.clone(),
-            chat_id: live.id,
-            author: Author::Client,
-            agent_id: None,
-            body: serde_json::from_str(body)
-                .map_err(|e| StoreError::Corrupt(format!("message body: {e}")))?,
-            delivery: None,
-            delivery_error: None,
-            created_at: item.now,
-        });
-        chat = Some(live);
-    }
-    let e = &item.event;
-    sqlx::query(
-        "INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
-         VALUES ($1, $2, 'in', $3, $4, $5, $6)",
-    )
-    .bind(e.id.to_string())
-    .bind(e.kind.as_str())
-    .bind(item.channel_id)
-    .bind(chat.as_ref().map(|c| c.id))
-    .bind(e.payload.to_string())
-    .bind(e.at)
-    .execute(&mut *conn)
-    .await
-    .ctx(WHAT)?;
-    Ok(CustomerWritten {
-        client,
-        profile_changed,
-        chat,
-        opened,
-        message,
-    })
-}
-
 /// One message's result: seq, client id, visitor number, its live chat (id,
 /// state, agent, opened, accepted, closed, last message) and its message id.
 type ResultRow = (
@@ -320,15 +211,8 @@ async fn known_clients(
         .iter()
         .map(|i| json!({ "ch": i.channel_id, "k": i.sender.id.as_key() }))
         .collect();
-    let sql = format!(
-        "SELECT (SELECT value FROM counters WHERE name = 'visitor_number'), \
-         (SELECT json_group_array(json_array(c.channel_id, c.external_key, c.name, c.phone, \
-         c.email, c.photo, c.url, c.invite, {LIVE_CHAT} IS NOT NULL)) FROM clients c \
-         WHERE c.id IN (SELECT k.id FROM json_each($1) j CROSS JOIN clients k \
-         ON k.channel_id = json_extract(j.value, '$.ch') \
-         AND k.external_key = json_extract(j.value, '$.k')))"
-    );
-    let statements = run_script(conn, &sql, Value::Array(keys).to_string(), WHAT).await?;
+    let sql = known_sql(is_postgres(conn));
+    let statements = run_script(conn, sql, Value::Array(keys).to_string(), WHAT).await?;
     let sequence = statements
         .first()
         .and_then(|rows| rows.first())
@@ -350,6 +234,185 @@ async fn known_clients(
     }
     Ok((known, sequence))
 }
+
+/// [`known_clients`]' statement: `$1` the batch's `{"ch", "k"}` keys as a
+/// JSON array; one row of the visitor sequence and a JSON array of
+/// [`KnownRow`]s.
+fn known_sql(postgres: bool) -> &'static str {
+    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let (cell, group, array, keys) = if postgres {
+        (
+            &POSTGRES,
+            "json_agg",
+            "json_build_array",
+            "json_array_elements($1::JSON) j JOIN clients k \
+             ON k.channel_id = (j->>'ch')::BIGINT AND k.external_key = j->>'k'",
+        )
+    } else {
+        (
+            &SQLITE,
+            "json_group_array",
+            "json_array",
+            "json_each($1) j CROSS JOIN clients k \
+             ON k.channel_id = json_extract(j.value, '$.ch') \
+             AND k.external_key = json_extract(j.value, '$.k')",
+        )
+    };
+    cell.get_or_init(|| {
+        // `CAST(… AS TEXT)`: PostgreSQL's `json` comes back as text, as
+        // SQLite's JSON functions give it.
+        format!(
+            "SELECT (SELECT value FROM counters WHERE name = 'visitor_number'), \
+             (SELECT CAST({group}({array}(c.channel_id, c.external_key, c.name, c.phone, \
+             c.email, c.photo, c.url, c.invite, \
+             CASE WHEN {LIVE_CHAT} IS NULL THEN 0 ELSE 1 END)) AS TEXT) FROM clients c \
+             WHERE c.id IN (SELECT k.id FROM {keys}))"
+        )
+    })
+}
+
+/// SQLite: the whole batch as one script over a temporary table; one
+/// [`ResultRow`] per message, in order.
+async fn write_sqlite(
+    conn: &mut AnyConnection,
+    items: &[&CustomerWrite],
+    plan: &Plan,
+) -> Result<Vec<ResultRow>, StoreError> {
+    let slots = slots_for(items.len());
+    let mut query = sqlx::query(WRITE_SCRIPTS.get(slots));
+    for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
+        query = bind_row(query, seq, item, step);
+    }
+    for _ in items.len()..slots {
+        for _ in BATCH_COLUMNS {
+            query = query.bind(None::<String>);
+        }
+    }
+    let statements = run(conn, query, WHAT).await?;
+    json_cell(statements.get(FINAL_STATEMENT), 0)
+}
+
+/// PostgreSQL: the batch as JSON parameters, in two set-based statements
+/// (PostgreSQL runs no script of several statements with parameters): the
+/// clients with the chats the batch opens, then the messages, the chats
+/// they touch, the event-log rows and the result. One [`ResultRow`] per
+/// message, in order.
+///
+/// One `INSERT … ON CONFLICT DO UPDATE` may not change a row twice, so the
+/// clients go in once each, with the profile the plan merged for the last
+/// of their messages: what upserting them message by message leaves.
+async fn write_postgres(
+    conn: &mut AnyConnection,
+    items: &[&CustomerWrite],
+    plan: &Plan,
+) -> Result<Vec<ResultRow>, StoreError> {
+    let mut clients: Vec<Value> = Vec::new();
+    let mut index: HashMap<(i64, String), usize> = HashMap::new();
+    let mut opening = Vec::new();
+    for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
+        let key = (item.channel_id, item.sender.id.as_key());
+        let [name, phone, email, photo, url, invite] = &step.profile;
+        match index.get(&key) {
+            Some(&i) => {
+                let client = &mut clients[i];
+                for (field, value) in [
+                    ("name", name),
+                    ("phone", phone),
+                    ("email", email),
+                    ("photo", photo),
+                    ("url", url),
+                    ("invite", invite),
+                ] {
+                    client[field] = json!(value);
+                }
+                client["updated"] = json!(item.now);
+            }
+            None => {
+                clients.push(json!({
+                    "ord": clients.len(), "ch": item.channel_id, "k": key.1,
+                    "idj": serde_json::to_string(&item.sender.id).unwrap_or_default(),
+                    "name": name, "phone": phone, "email": email, "photo": photo,
+                    "url": url, "invite": invite, "created": item.now, "updated": item.now,
+                    "number": step.number,
+                }));
+                index.insert(key.clone(), clients.len() - 1);
+            }
+        }
+        if step.opens {
+            opening.push(json!({ "seq": seq, "ch": item.channel_id, "k": key.1, "now": item.now }));
+        }
+    }
+    if !opening.is_empty() {
+        super::live::chats_changed();
+    }
+    sqlx::query(pg_clients_sql())
+        .bind(Value::Array(clients).to_string())
+        .bind(Value::Array(opening).to_string())
+        .execute(&mut *conn)
+        .await
+        .ctx(WHAT)?;
+    let rows: Vec<Value> = items
+        .iter()
+        .enumerate()
+        .map(|(seq, item)| {
+            json!({
+                "seq": seq, "ch": item.channel_id, "k": item.sender.id.as_key(),
+                "now": item.now, "typing": i64::from(item.body.is_none()), "uid": item.uid,
+                "body": item.body, "eid": item.event.id.to_string(),
+                "kind": item.event.kind.as_str(), "payload": item.event.payload.to_string(),
+                "at": item.event.at,
+            })
+        })
+        .collect();
+    let statements = run_script(conn, PG_MESSAGES, Value::Array(rows).to_string(), WHAT).await?;
+    json_cell(statements.first(), 0)
+}
+
+/// PostgreSQL, first statement: `$1` the batch's clients (one each, in the
+/// order the batch first names them), `$2` the messages that open a chat.
+/// The chats join the clients the upsert returns, new or updated.
+fn pg_clients_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "WITH up AS (INSERT INTO clients (channel_id, external_key, external_id_json, name, \
+             phone, email, photo, url, invite, created_at, updated_at, visitor_number) \
+             SELECT ch, k, idj, name, phone, email, photo, url, invite, created, updated, number \
+             FROM json_to_recordset($1::JSON) AS x(ord BIGINT, ch BIGINT, k TEXT, idj TEXT, \
+             name TEXT, phone TEXT, email TEXT, photo TEXT, url TEXT, invite TEXT, \
+             created BIGINT, updated BIGINT, number BIGINT) ORDER BY ord \
+             {CLIENT_MERGE} RETURNING id, channel_id, external_key) \
+             INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
+             SELECT o.ch, up.id, 'open', o.now, o.now \
+             FROM json_to_recordset($2::JSON) AS o(seq BIGINT, ch BIGINT, k TEXT, now BIGINT) \
+             JOIN up ON up.channel_id = o.ch AND up.external_key = o.k ORDER BY o.seq"
+        )
+    })
+}
+
+/// PostgreSQL, second statement: `$1` the batch's messages. Each joins its
+/// client's live chat (opened by the first statement if it had none); the
+/// result reads the chats as the touch left them.
+const PG_MESSAGES: &str = "WITH b AS (SELECT x.*, c.id AS client_id, c.visitor_number, \
+     (SELECT lc.id FROM chats lc WHERE lc.client_id = c.id AND lc.state <> 'closed' \
+      ORDER BY lc.id DESC LIMIT 1) AS chat_id \
+     FROM json_to_recordset($1::JSON) AS x(seq BIGINT, ch BIGINT, k TEXT, now BIGINT, \
+     typing BIGINT, uid TEXT, body TEXT, eid TEXT, kind TEXT, payload TEXT, at BIGINT) \
+     JOIN clients c ON c.channel_id = x.ch AND c.external_key = x.k), \
+     m AS (INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
+     created_at) SELECT uid, chat_id, 'client', NULL, body, NULL, now FROM b \
+     WHERE typing = 0 ORDER BY seq RETURNING id, uid, chat_id, created_at), \
+     t AS (UPDATE chats SET last_message_at = l.last FROM (SELECT chat_id, \
+     MAX(created_at) AS last FROM m GROUP BY chat_id) l WHERE chats.id = l.chat_id \
+     RETURNING chats.id, chats.last_message_at), \
+     e AS (INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+     SELECT eid, kind, 'in', ch, chat_id, payload, at FROM b ORDER BY seq) \
+     SELECT CAST(json_agg(json_build_array(b.seq, b.client_id, b.visitor_number, h.id, h.state, \
+     h.agent_id, h.opened_at, h.accepted_at, h.closed_at, \
+     COALESCE(t.last_message_at, h.last_message_at), m.id) ORDER BY b.seq) AS TEXT) \
+     FROM b LEFT JOIN chats h ON h.id = b.chat_id LEFT JOIN t ON t.id = b.chat_id \
+     LEFT JOIN m ON m.uid = b.uid";
 
 /// What each message will do, worked out in order from what the database
 /// held before the batch.
@@ -510,4 +573,175 @@ fn build_write_script(slots: usize) -> String {
         "DELETE FROM temp.ingress_batch".to_owned(),
     ]
     .join(";\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use plugin_api::lenient::ExternalId;
+
+    use super::*;
+    use crate::event::{Direction, EventKind};
+    use crate::store::channels::{ChannelKind, NewChannel};
+    use crate::store::{Durability, Store, test_postgres};
+
+    fn sender(id: &str, name: Option<&str>, phone: Option<&str>) -> CustomerSender {
+        CustomerSender {
+            id: ExternalId::Str(id.to_owned()),
+            name: name.map(str::to_owned),
+            phone: phone.map(str::to_owned),
+            email: None,
+            photo: None,
+            url: None,
+            invite: None,
+        }
+    }
+
+    /// A message (or, without `text`, a typing notice) from `sender` at `now`.
+    fn from(channel: i64, sender: CustomerSender, text: Option<&str>, now: i64) -> CustomerWrite {
+        let (kind, body) = match text {
+            Some(text) => (
+                EventKind::CUSTOMER_MESSAGE,
+                Some(json!({"type": "text", "text": text}).to_string()),
+            ),
+            None => (EventKind::CUSTOMER_TYPING, None),
+        };
+        CustomerWrite {
+            channel_id: channel,
+            sender,
+            body,
+            uid: uuid::Uuid::now_v7().to_string(),
+            event: Event::new(kind, Direction::In, json!({"text": text})).on_channel(channel),
+            now,
+        }
+    }
+
+    async fn write(store: &Store, items: &[CustomerWrite]) -> Vec<CustomerWritten> {
+        let mut w = store.begin_write().await.expect("write");
+        let written = write_customer_messages(&mut w.tx, &items.iter().collect::<Vec<_>>())
+            .await
+            .expect("batch");
+        w.commit().await.expect("commit");
+        written
+    }
+
+    /// One batch leaves what its messages written one by one, in order,
+    /// would: a new sender's first message opens its chat and takes the
+    /// next visitor number, its later ones join that chat and merge their
+    /// profile; a known sender stays in its chat; a typing notice opens
+    /// nothing of its own. On SQLite, and on PostgreSQL with `scripts/with-postgres.sh`.
+    #[tokio::test]
+    async fn a_batch_writes_what_its_messages_one_by_one_would() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        one_batch(Store::open(&url, Durability::Normal).await.expect("store")).await;
+        if let Some(store) = test_postgres().await {
+            one_batch(store).await;
+        }
+    }
+
+    async fn one_batch(store: Store) {
+        let channel = store
+            .insert_channel(NewChannel {
+                public_id: "batch",
+                name: "Batch",
+                customer_endpoint: "http://127.0.0.1:9/",
+                chunked: false,
+                declared: false,
+                agents: &[],
+                kind: ChannelKind::Custom,
+                color: None,
+                allowed_origins: &[],
+                calls: None,
+            })
+            .await
+            .expect("channel")
+            .id;
+        let earlier = write(
+            &store,
+            &[from(
+                channel,
+                sender("k", Some("Kim"), None),
+                Some("hi"),
+                10,
+            )],
+        )
+        .await;
+        let kim_chat = earlier[0].chat.as_ref().expect("kim's chat").id;
+
+        let written = write(
+            &store,
+            &[
+                from(channel, sender("a", Some("Ann"), None), Some("one"), 20),
+                from(channel, sender("b", None, None), None, 21),
+                from(
+                    channel,
+                    sender("k", None, Some("+1 555")),
+                    Some("again"),
+                    22,
+                ),
+                from(channel, sender("a", None, Some("+2 555")), Some("two"), 23),
+                from(channel, sender("b", Some("Bo"), None), Some("three"), 24),
+            ],
+        )
+        .await;
+        let [ann1, bo_typing, kim, ann2, bo] = &written[..] else {
+            panic!("five results: {written:?}");
+        };
+
+        // Visitor numbers in the order the senders first wrote.
+        let numbers: Vec<i64> = [&earlier[0], ann1, bo_typing, bo]
+            .iter()
+            .map(|w| w.client.visitor_number)
+            .collect();
+        assert_eq!(
+            numbers[1..],
+            [numbers[0] + 1, numbers[0] + 2, numbers[0] + 2]
+        );
+
+        let ann_chat = ann1.chat.as_ref().expect("ann's chat");
+        assert!(ann1.opened && !ann2.opened);
+        assert_eq!(ann2.chat.as_ref().map(|c| c.id), Some(ann_chat.id));
+        assert_eq!(ann1.client.id, ann2.client.id);
+        assert_eq!(ann1.client.phone, None);
+        assert_eq!(
+            (ann2.client.name.as_deref(), ann2.client.phone.as_deref()),
+            (Some("Ann"), Some("+2 555"))
+        );
+        assert!(ann2.profile_changed, "a phone was added");
+        assert_eq!(ann2.chat.as_ref().map(|c| c.last_message_at), Some(23));
+
+        // A typing notice stores no message and opens nothing; the chat it
+        // reports is the one the sender's next message of the batch opens
+        // (the batch reads chats after it has opened them all).
+        assert!(bo_typing.message.is_none() && !bo_typing.opened && bo.opened);
+        assert_eq!(
+            bo_typing.chat.as_ref().map(|c| c.id),
+            bo.chat.as_ref().map(|c| c.id)
+        );
+        assert_eq!(bo.client.name.as_deref(), Some("Bo"));
+
+        assert_eq!(kim.chat.as_ref().map(|c| c.id), Some(kim_chat));
+        assert!(!kim.opened && kim.profile_changed);
+        assert_eq!(
+            (kim.client.name.as_deref(), kim.client.phone.as_deref()),
+            (Some("Kim"), Some("+1 555"))
+        );
+
+        // Messages numbered in the batch's order.
+        let ids: Vec<i64> = [ann1, kim, ann2, bo]
+            .iter()
+            .map(|w| w.message.as_ref().expect("a message").id)
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+        // What a later read finds agrees with what the batch answered.
+        let again = write(
+            &store,
+            &[from(channel, sender("a", None, None), Some("four"), 30)],
+        )
+        .await;
+        assert_eq!(again[0].chat.as_ref().map(|c| c.id), Some(ann_chat.id));
+        assert_eq!(again[0].client.phone.as_deref(), Some("+2 555"));
+        assert!(!again[0].profile_changed);
+    }
 }

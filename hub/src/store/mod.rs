@@ -300,6 +300,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/sqlite/0012_outbox_heads.sql"),
     ),
+    (
+        13,
+        include_str!("../../migrations/sqlite/0013_outbox_pending_order.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -346,6 +350,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         12,
         include_str!("../../migrations/postgres/0012_outbox_heads.sql"),
+    ),
+    (
+        13,
+        include_str!("../../migrations/postgres/0013_outbox_pending_order.sql"),
     ),
 ];
 
@@ -968,6 +976,28 @@ fn percent_decoded(part: &str) -> String {
 /// there (one statement per item), as SQLite's scripts do not run on it.
 pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
     conn.backend_name() == "PostgreSQL"
+}
+
+/// A store on a fresh database of the PostgreSQL server that
+/// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if any: unit
+/// tests run their SQLite case, then this one.
+#[cfg(test)]
+pub(crate) async fn test_postgres() -> Option<Store> {
+    use sqlx::Connection;
+    let server = std::env::var("HUB_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())?;
+    let name = format!("hub_u_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&server)
+        .await
+        .expect("the test server");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("a test database");
+    let (base, _) = server.rsplit_once('/').expect("a database URL");
+    let url = format!("{base}/{name}");
+    Some(Store::open(&url, Durability::Normal).await.expect("store"))
 }
 
 /// Reads a 0/1 integer column as a bool.

@@ -1096,6 +1096,13 @@ mod tests {
                 .any(|step| step.starts_with("SEARCH h USING INDEX outbox_held")),
             "{plan:?}"
         );
+        // The rows behind a held head, and the key's first row that holds
+        // it, come from the index of pending rows by key (migration 13).
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH o USING INDEX outbox_pending_order")),
+            "{plan:?}"
+        );
         // Every other read of the outbox is a seek; the co-routines' own
         // scans read the rows they found.
         let table_scan = |step: &&String| {
@@ -1122,7 +1129,7 @@ mod tests {
             )),
             "{plan:?}"
         );
-        if let Some(store) = postgres().await {
+        if let Some(store) = crate::store::test_postgres().await {
             pruning(&store).await;
         }
     }
@@ -1173,29 +1180,9 @@ mod tests {
     async fn rows_behind_an_expired_hold_go_and_a_replayed_row_goes_first() {
         let dir = tempfile::tempdir().expect("temp dir");
         behind_an_expired_hold(store(&dir).await).await;
-        if let Some(store) = postgres().await {
+        if let Some(store) = crate::store::test_postgres().await {
             behind_an_expired_hold(store).await;
         }
-    }
-
-    /// A store on a fresh database of the PostgreSQL server that
-    /// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if any.
-    async fn postgres() -> Option<Store> {
-        use sqlx::Connection;
-        let server = std::env::var("HUB_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())?;
-        let name = format!("hub_u_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = sqlx::PgConnection::connect(&server)
-            .await
-            .expect("the test server");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("a test database");
-        let (base, _) = server.rsplit_once('/').expect("a database URL");
-        let url = format!("{base}/{name}");
-        Some(Store::open(&url, Durability::Normal).await.expect("store"))
     }
 
     async fn behind_an_expired_hold(store: Store) {
