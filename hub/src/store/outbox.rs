@@ -454,40 +454,21 @@ pub async fn finish(
     .execute(&mut *conn)
     .await
     .ctx("finishing a delivery")?;
-    promote_next(conn, Left::Id(id)).await
-}
-
-/// The statement that makes the next pending row of a finished row's order
-/// key its head; `$1` is the finished row's `seq` or `id` (`column`).
-macro_rules! promote_sql {
-    ($column:literal) => {
-        concat!(
-            "UPDATE outbox SET head = 1 WHERE seq = (SELECT MIN(p.seq) FROM outbox p ",
-            "WHERE p.state = 'pending' AND p.order_key = ",
-            "(SELECT f.order_key FROM outbox f WHERE f.",
-            $column,
-            " = $1))"
-        )
-    };
-}
-
-/// Which row left the queue, for [`promote_next`].
-enum Left<'a> {
-    Id(&'a str),
-    Seq(i64),
+    promote_next(conn, id).await
 }
 
 /// After a row left the queue: the next row of its order key is the key's
-/// head, which the claim reads (see migration 12).
-async fn promote_next(conn: &mut AnyConnection, row: Left<'_>) -> Result<(), StoreError> {
-    let query = match row {
-        Left::Id(id) => sqlx::query(promote_sql!("id")).bind(id),
-        Left::Seq(seq) => sqlx::query(promote_sql!("seq")).bind(seq),
-    };
-    query
-        .execute(conn)
-        .await
-        .ctx("moving an order key's head")?;
+/// head, which the claim reads (see migration 12). `id` is the row's.
+async fn promote_next(conn: &mut AnyConnection, id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE outbox SET head = 1 WHERE seq = (SELECT MIN(p.seq) FROM outbox p \
+         WHERE p.state = 'pending' AND p.order_key = \
+         (SELECT f.order_key FROM outbox f WHERE f.id = $1))",
+    )
+    .bind(id)
+    .execute(conn)
+    .await
+    .ctx("moving an order key's head")?;
     Ok(())
 }
 
@@ -520,10 +501,7 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
         return Ok(());
     }
     if is_postgres(conn) {
-        for row in rows {
-            finish_one(conn, row).await?;
-        }
-        return Ok(());
+        return finish_postgres(conn, rows).await;
     }
     let slots = slots_for(rows.len());
     let mut query = sqlx::query(FINISH_SCRIPTS.get(slots));
@@ -556,37 +534,56 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
     Ok(())
 }
 
-/// PostgreSQL: one result with one statement per step, what the batch
-/// script does for it (PostgreSQL runs no script of several statements with
-/// parameters).
-async fn finish_one(conn: &mut AnyConnection, row: &Finished) -> Result<(), StoreError> {
+/// PostgreSQL: the batch as one JSON parameter of two statements (PostgreSQL
+/// runs no script of several statements with parameters): the results with
+/// their messages and event-log rows, then the order keys' new heads, which
+/// must see the finished rows no longer pending.
+async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
     const WHAT: &str = "recording delivery results";
-    sqlx::query(
-        "UPDATE outbox SET state = $1, last_error = COALESCE($2, last_error), \
-         lease_until = NULL, finished_at = $3, attempts = $4, \
-         response = COALESCE($5, response) WHERE seq = $6",
-    )
-    .bind(row.state.as_str())
-    .bind(row.error.as_deref())
-    .bind(row.now)
-    .bind(row.attempts)
-    .bind(row.answer.as_deref().map(kept_answer))
-    .bind(row.seq)
-    .execute(&mut *conn)
-    .await
-    .ctx(WHAT)?;
-    promote_next(conn, Left::Seq(row.seq)).await?;
-    if let Some((id, state)) = row.message {
-        sqlx::query("UPDATE messages SET delivery_state = $1, delivery_error = $2 WHERE id = $3")
-            .bind(state.as_str())
-            .bind(row.error.as_deref())
-            .bind(id)
+    let batch: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(ord, row)| {
+            let e = &row.event;
+            serde_json::json!({
+                "ord": ord, "seq": row.seq, "state": row.state.as_str(), "error": row.error,
+                "attempts": row.attempts, "response": row.answer.as_deref().map(kept_answer),
+                "now": row.now, "mid": row.message.map(|(id, _)| id),
+                "mstate": row.message.map(|(_, state)| state.as_str()),
+                "eid": e.id.to_string(), "kind": e.kind.as_str(), "dir": e.direction.as_str(),
+                "ch": e.channel_id, "chat": e.chat_id, "payload": e.payload.to_string(),
+                "at": e.at,
+            })
+        })
+        .collect();
+    let batch = serde_json::Value::Array(batch).to_string();
+    for sql in [PG_FINISH, PG_PROMOTE] {
+        sqlx::query(sql)
+            .bind(batch.as_str())
             .execute(&mut *conn)
             .await
             .ctx(WHAT)?;
     }
-    super::events::insert_event(conn, &row.event).await
+    Ok(())
 }
+
+const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
+     seq BIGINT, state TEXT, error TEXT, attempts BIGINT, response TEXT, now BIGINT, \
+     mid BIGINT, mstate TEXT, eid TEXT, kind TEXT, dir TEXT, ch BIGINT, chat BIGINT, \
+     payload TEXT, at BIGINT)), \
+     u AS (UPDATE outbox SET state = b.state, last_error = COALESCE(b.error, outbox.last_error), \
+     lease_until = NULL, finished_at = b.now, attempts = b.attempts, \
+     response = COALESCE(b.response, outbox.response) FROM b WHERE outbox.seq = b.seq), \
+     m AS (UPDATE messages SET delivery_state = b.mstate, delivery_error = b.error \
+     FROM b WHERE messages.id = b.mid) \
+     INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+     SELECT eid, kind, dir, ch, chat, payload, at FROM b WHERE eid IS NOT NULL ORDER BY ord";
+
+/// The next pending row of each finished row's order key is its head now.
+const PG_PROMOTE: &str = "UPDATE outbox SET head = 1 WHERE seq IN (SELECT (SELECT MIN(p.seq) \
+     FROM outbox p WHERE p.order_key = f.order_key AND p.state = 'pending') \
+     FROM outbox f WHERE f.order_key IS NOT NULL AND f.seq IN \
+     (SELECT (x->>'seq')::BIGINT FROM json_array_elements($1::JSON) x))";
 
 const FINISH_COLUMNS: usize = 16;
 
