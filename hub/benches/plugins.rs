@@ -9,7 +9,8 @@
 //! (default 20000 per run), BENCH_TASKS (default 2, concurrent runs),
 //! BENCH_SLOTS (default 64, the runtime's pooled instances), BENCH_COLD_KB
 //! (default 4096, memory written between two events of the cold runs; 0
-//! skips them).
+//! skips them), BENCH_PLUGINS_DIR (`redact.wasm` and `fault.wasm` built
+//! another way, instead of building the repository's).
 
 use std::path::Path;
 use std::sync::Arc;

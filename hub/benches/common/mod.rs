@@ -26,7 +26,9 @@ pub fn guard_backtraces() {
     }
 }
 
-/// Builds the example plugins and the fault plugin; the directory of their `.wasm`.
+/// Builds the example plugins and the fault plugin; the directory of their
+/// `.wasm`. `BENCH_PLUGINS_DIR` names another directory of the same plugins
+/// (built another way, to compare) and skips the build.
 pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("BENCH_PLUGINS_DIR") {
         return PathBuf::from(dir);

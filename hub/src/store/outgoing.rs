@@ -167,10 +167,11 @@ const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
      SELECT b.oid, b.oevent, b.okind, b.policy, b.url, b.obody, b.chunked, b.okey, m.id, \
      b.chat, 'pending', 0, b.now, b.now, b.staged, b.secret, \
      CASE WHEN b.okey IS NULL THEN 1 \
-     WHEN EXISTS (SELECT 1 FROM outbox p WHERE p.order_key = b.okey AND p.state = 'pending') \
-     OR EXISTS (SELECT 1 FROM b e WHERE e.okey = b.okey AND e.oid IS NOT NULL \
-     AND e.ord < b.ord) THEN 0 ELSE 1 END \
+     WHEN q.seq IS NOT NULL OR EXISTS (SELECT 1 FROM b e WHERE e.okey = b.okey \
+     AND e.oid IS NOT NULL AND e.ord < b.ord) THEN 0 ELSE 1 END \
      FROM b LEFT JOIN m ON m.uid = b.uid AND b.body IS NOT NULL \
+     LEFT JOIN LATERAL (SELECT p.seq FROM outbox p WHERE p.order_key = b.okey \
+     AND p.state = 'pending' ORDER BY p.order_key, p.seq LIMIT 1) q ON TRUE \
      WHERE b.oid IS NOT NULL ORDER BY b.ord) \
      SELECT CAST(json_agg(json_build_array(b.ord, m.id) ORDER BY b.ord) AS TEXT) \
      FROM b LEFT JOIN m ON m.uid = b.uid AND b.body IS NOT NULL";
