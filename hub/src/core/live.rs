@@ -168,17 +168,31 @@ pub async fn announce_bots_changed(store: &Store) -> Result<(), crate::store::St
     }
 }
 
+/// Most notices the relay sends in one statement.
+const RELAY_BATCH: usize = 256;
+
+/// Sends what waits, as many notices at a time as are queued: the relay
+/// keeps up with a busy hub by writing fewer, larger statements.
 async fn send_notices(store: Store, mut rx: mpsc::Receiver<Notice>) {
-    while let Some(notice) = rx.recv().await {
-        let payload = match serde_json::to_string(&notice) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode a notice");
-                continue;
-            }
-        };
-        if let Err(e) = store.notify(&payload).await {
-            tracing::warn!(error = %e, "cannot tell other instances of an update");
+    let mut notices = Vec::with_capacity(RELAY_BATCH);
+    while rx.recv_many(&mut notices, RELAY_BATCH).await > 0 {
+        let payloads: Vec<String> = notices
+            .drain(..)
+            .filter_map(|notice| match serde_json::to_string(&notice) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a notice");
+                    None
+                }
+            })
+            .collect();
+        let payloads: Vec<&str> = payloads.iter().map(String::as_str).collect();
+        if let Err(e) = store.notify_all(&payloads).await {
+            tracing::warn!(
+                error = %e,
+                count = payloads.len(),
+                "cannot tell other instances of updates"
+            );
         }
     }
 }

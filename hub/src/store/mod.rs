@@ -983,6 +983,13 @@ pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
 /// tests run their SQLite case, then this one.
 #[cfg(test)]
 pub(crate) async fn test_postgres() -> Option<Store> {
+    let url = test_postgres_url().await?;
+    Some(Store::open(&url, Durability::Normal).await.expect("store"))
+}
+
+/// The URL of a fresh database on the test server, if one is named.
+#[cfg(test)]
+pub(crate) async fn test_postgres_url() -> Option<String> {
     use sqlx::Connection;
     let server = std::env::var("HUB_TEST_DATABASE_URL")
         .ok()
@@ -996,8 +1003,7 @@ pub(crate) async fn test_postgres() -> Option<Store> {
         .await
         .expect("a test database");
     let (base, _) = server.rsplit_once('/').expect("a database URL");
-    let url = format!("{base}/{name}");
-    Some(Store::open(&url, Durability::Normal).await.expect("store"))
+    Some(format!("{base}/{name}"))
 }
 
 /// Reads a 0/1 integer column as a bool.
