@@ -13,7 +13,8 @@
 //! Side by side: `BENCH_AB=<path of another hub binary>` runs this build's
 //! `hub serve` and that one alternately (`BENCH_AB_ROUNDS`, default 3),
 //! without plugins and with `redact` (`full`), each on a fresh database, and
-//! prints both with the hub's CPU per message and the ratios of the means
+//! prints both (req/s also as a share of a hello-world process) with the
+//! hub's CPU per message and the ratios of the means
 //! (`channel/ab.rs`).
 //!
 //! PostgreSQL: with HUB_BENCH_DATABASE_URL (or else HUB_TEST_DATABASE_URL, as
@@ -160,12 +161,7 @@ async fn bench() {
 /// server, the same binary on PostgreSQL.
 async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path) {
     println!("\nblack box (`hub serve` and a hello-world process, driven over loopback):");
-    let (mut hello_child, hello) = spawn_hello();
-    let hello_body = |_: usize| Bytes::from_static(b"{}");
-    let base = load(hello, "/", conns, duration, &hello_body, None).await;
-    base.print("hello-world (bare hyper)", None);
-    let _ = hello_child.kill();
-    let _ = hello_child.wait();
+    let base = hello_process_baseline(conns, duration).await;
     let (integrator, received) = serve_hello().await;
     let mut sqlite = Vec::new();
     for setup in [SETUPS[0], SETUPS[2], SETUPS[3]] {
@@ -600,6 +596,18 @@ impl ServedHub {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The hello-world baseline in a process of its own, printed: what a
+/// served hub is compared with.
+async fn hello_process_baseline(conns: usize, duration: Duration) -> Run {
+    let (mut hello_child, hello) = spawn_hello();
+    let hello_body = |_: usize| Bytes::from_static(b"{}");
+    let base = load(hello, "/", conns, duration, &hello_body, None).await;
+    base.print("hello-world (bare hyper)", None);
+    let _ = hello_child.kill();
+    let _ = hello_child.wait();
+    base
 }
 
 /// Re-runs this benchmark binary as a hello-world server process.

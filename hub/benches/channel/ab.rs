@@ -16,11 +16,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use super::{
-    Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or, load,
-    postgres_server, serve_hello, spawn_hello,
+    Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or,
+    hello_process_baseline, load, postgres_server, serve_hello,
 };
 
 /// One run of one binary.
@@ -60,12 +58,7 @@ pub async fn compare(
             "SQLite"
         }
     );
-    let (mut hello_child, hello) = spawn_hello();
-    let hello_body = |_: usize| Bytes::from_static(b"{}");
-    let base = load(hello, "/", conns, duration, &hello_body, None).await;
-    base.print("hello-world (bare hyper)", None);
-    let _ = hello_child.kill();
-    let _ = hello_child.wait();
+    let base = hello_process_baseline(conns, duration).await;
     let (integrator, received) = serve_hello().await;
     let setups = [SETUPS[0], SETUPS[2]];
     let mut pairs: Vec<Pair> = setups.iter().map(|_| Pair::default()).collect();
@@ -92,10 +85,11 @@ pub async fn compare(
                 )
                 .await;
                 println!(
-                    "round {} {name}  {:<18} {:>8.0} req/s  p99 {:>6.2} ms  {}{}",
+                    "round {} {name}  {:<18} {:>8.0} req/s ({:.1} %)  p99 {:>6.2} ms  {}{}",
                     round + 1,
                     setup.label(),
                     sample.rps,
+                    100.0 * sample.rps / base.rps(),
                     sample.p99_ms,
                     sample.cpu_us.map_or("hub CPU n/a".to_owned(), |c| format!(
                         "{c:.1} µs hub CPU per message"

@@ -27,6 +27,20 @@ pub(super) fn values(width: usize, slots: usize) -> String {
     vec![row; slots].join(", ")
 }
 
+/// Binds NULL to the `width` columns of each unused row between `used` and
+/// `slots`: a script is built for a power of two of rows.
+pub(super) fn pad_slots(
+    mut query: Query<'_>,
+    width: usize,
+    used: usize,
+    slots: usize,
+) -> Query<'_> {
+    for _ in 0..width * slots.saturating_sub(used) {
+        query = query.bind(None::<String>);
+    }
+    query
+}
+
 /// The scripts for batches of 1, 2, 4 … `max` rows, built once by `build`.
 pub(super) struct Scripts {
     built: std::sync::OnceLock<Vec<String>>,

@@ -17,7 +17,7 @@ use plugin_api::channel::CustomerSender;
 use serde_json::{Value, json};
 use sqlx::{AnyConnection, Row};
 
-use super::batch::{Query, Scripts, json_cell, run, run_script, slots_for, values};
+use super::batch::{Query, Scripts, json_cell, pad_slots, run, run_script, slots_for, values};
 use super::chats::CLIENT_MERGE;
 use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError, is_postgres};
 use crate::event::Event;
@@ -284,11 +284,7 @@ async fn write_sqlite(
     for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
         query = bind_row(query, seq, item, step);
     }
-    for _ in items.len()..slots {
-        for _ in BATCH_COLUMNS {
-            query = query.bind(None::<String>);
-        }
-    }
+    let query = pad_slots(query, BATCH_COLUMNS.len(), items.len(), slots);
     let statements = run(conn, query, WHAT).await?;
     json_cell(statements.get(FINAL_STATEMENT), 0)
 }

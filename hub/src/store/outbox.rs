@@ -525,11 +525,7 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
             .bind(e.payload.to_string())
             .bind(e.at);
     }
-    for _ in rows.len()..slots {
-        for _ in 0..FINISH_COLUMNS {
-            query = query.bind(None::<String>);
-        }
-    }
+    let query = batch::pad_slots(query, FINISH_COLUMNS, rows.len(), slots);
     batch::run(conn, query, "recording delivery results").await?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::batch::{Query, Scripts, json_cell, run, run_script, slots_for, values};
+use super::batch::{Query, Scripts, json_cell, pad_slots, run, run_script, slots_for, values};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError, is_postgres};
 use crate::event::Event;
@@ -98,11 +98,7 @@ async fn write_sqlite(
     for (ord, item) in items.iter().enumerate() {
         query = bind_row(query, ord, item);
     }
-    for _ in items.len()..slots {
-        for _ in 0..COLUMNS {
-            query = query.bind(None::<String>);
-        }
-    }
+    let query = pad_slots(query, COLUMNS, items.len(), slots);
     let statements = run(conn, query, WHAT).await?;
     json_cell(statements.get(RESULT_STATEMENT), 0)
 }
