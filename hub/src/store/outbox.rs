@@ -490,6 +490,27 @@ pub struct Finished {
     pub now: i64,
 }
 
+#[cfg(test)]
+impl Finished {
+    /// Row `seq` delivered at `now` with an empty answer (tests).
+    pub(crate) fn delivered(seq: i64, now: i64) -> Finished {
+        Finished {
+            seq,
+            state: OutboxState::Delivered,
+            error: None,
+            attempts: 1,
+            answer: Some("{}".into()),
+            message: None,
+            event: Event::new(
+                crate::event::EventKind::DELIVERY_RESULT,
+                crate::event::Direction::Out,
+                serde_json::json!({}),
+            ),
+            now,
+        }
+    }
+}
+
 /// Largest batch of results [`finish_many`] takes.
 pub const MAX_FINISHED: usize = 128;
 
@@ -554,8 +575,9 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
         .collect();
     let batch = serde_json::Value::Array(batch).to_string();
     for sql in [PG_FINISH, PG_PROMOTE] {
-        sqlx::query(sql)
+        batch::planned_per_batch(conn, sql)
             .bind(batch.as_str())
+            .bind(rows.len() as i64)
             .execute(&mut *conn)
             .await
             .ctx(WHAT)?;
@@ -566,7 +588,7 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
 const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
      seq BIGINT, state TEXT, error TEXT, attempts BIGINT, response TEXT, now BIGINT, \
      mid BIGINT, mstate TEXT, eid TEXT, kind TEXT, dir TEXT, ch BIGINT, chat BIGINT, \
-     payload TEXT, at BIGINT)), \
+     payload TEXT, at BIGINT) LIMIT $2), \
      u AS (UPDATE outbox SET state = b.state, last_error = COALESCE(b.error, outbox.last_error), \
      lease_until = NULL, finished_at = b.now, attempts = b.attempts, \
      response = COALESCE(b.response, outbox.response) FROM b WHERE outbox.seq = b.seq), \
@@ -576,10 +598,12 @@ const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
      SELECT eid, kind, dir, ch, chat, payload, at FROM b WHERE eid IS NOT NULL ORDER BY ord";
 
 /// The next pending row of each finished row's order key is its head now.
-const PG_PROMOTE: &str = "UPDATE outbox SET head = 1 WHERE seq IN (SELECT (SELECT MIN(p.seq) \
+/// (`= ANY (ARRAY(…))`, not `IN`: the rows to change are looked up by key;
+/// as a join PostgreSQL may hash the whole outbox for them.)
+const PG_PROMOTE: &str = "UPDATE outbox SET head = 1 WHERE seq = ANY (ARRAY(SELECT (SELECT MIN(p.seq) \
      FROM outbox p WHERE p.order_key = f.order_key AND p.state = 'pending') \
      FROM outbox f WHERE f.order_key IS NOT NULL AND f.seq IN \
-     (SELECT (x->>'seq')::BIGINT FROM json_array_elements($1::JSON) x))";
+     (SELECT (x->>'seq')::BIGINT FROM json_array_elements($1::JSON) x LIMIT $2)))";
 
 const FINISH_COLUMNS: usize = 16;
 
@@ -635,24 +659,11 @@ impl Store {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let sql = claim_sql(self.backend());
         let mut w = self.begin_write().await?;
-        let rows = sqlx::query(sql)
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *w.tx)
-            .await
-            .ctx("leasing due deliveries")?;
-        if rows.is_empty() {
-            return Ok(Vec::new());
+        let claimed = claim_in(&mut w.tx, now, lease_ms, limit).await?;
+        if claimed.is_empty() {
+            return Ok(claimed);
         }
-        let mut claimed = rows
-            .iter()
-            .map(from_row)
-            .collect::<Result<Vec<_>, _>>()
-            .ctx("reading a delivery")?;
-        claimed.sort_by_key(|c| c.seq);
         w.commit().await?;
         Ok(claimed)
     }
@@ -813,6 +824,37 @@ fn claim_sql(backend: Backend) -> &'static str {
              (SELECT c.channel_id FROM chats c WHERE c.id = outbox.chat_id) AS channel_id"
         )
     })
+}
+
+/// [`Store::claim_due`]'s work in the caller's transaction: the rows
+/// leased, in `seq` order.
+async fn claim_in(
+    conn: &mut AnyConnection,
+    now: i64,
+    lease_ms: i64,
+    limit: i64,
+) -> Result<Vec<Claimed>, StoreError> {
+    let backend = if is_postgres(conn) {
+        Backend::Postgres
+    } else {
+        Backend::Sqlite
+    };
+    // A claim is a batch too: a plan kept from when the outbox was small
+    // would read it whole.
+    let rows = batch::planned_per_batch(conn, claim_sql(backend))
+        .bind(now + lease_ms)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await
+        .ctx("leasing due deliveries")?;
+    let mut claimed = rows
+        .iter()
+        .map(from_row)
+        .collect::<Result<Vec<_>, _>>()
+        .ctx("reading a delivery")?;
+    claimed.sort_by_key(|c| c.seq);
+    Ok(claimed)
 }
 
 /// Greater than any row's `seq`.
@@ -1214,6 +1256,71 @@ mod tests {
         assert_eq!(claim(&store, 12_000).await, [b1.as_str()], "b1 before b3");
         finish_now(&store, &b1, OutboxState::Delivered, 12_000).await;
         assert_eq!(claim(&store, 12_000).await, [b3.as_str()]);
+    }
+
+    /// Results for `claimed`, as the deliverer records them.
+    fn delivered(claimed: &[Claimed], now: i64) -> Vec<Finished> {
+        claimed
+            .iter()
+            .map(|c| Finished::delivered(c.seq, now))
+            .collect()
+    }
+
+    /// On PostgreSQL the claim and the results are planned for the outbox
+    /// as it is, not as it was: after many turns of the deliverer on a
+    /// nearly empty outbox (a plan the connection kept from then reads the
+    /// table whole) and a backlog of 20 000 rows since, a claim and its
+    /// results read the outbox only through its indexes (the chats and
+    /// messages they also read are empty here: scanning those is right).
+    #[tokio::test]
+    async fn behind_a_sudden_backlog_the_deliverer_reads_no_table_whole() {
+        let Some(store) = crate::store::test_postgres().await else {
+            return;
+        };
+        for round in 0..40 {
+            queue(&store, Some(round % 3), 1_000).await;
+            let claimed = store.claim_due(2_000, 60_000, 64).await.expect("claim");
+            let results = delivered(&claimed, 2_000);
+            let mut w = store.begin_write().await.expect("write");
+            finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
+                .await
+                .expect("results");
+            w.commit().await.expect("commit");
+        }
+        let mut w = store.begin_write().await.expect("write");
+        sqlx::query(
+            "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, order_key, \
+             chat_id, state, next_attempt_at, created_at, head) \
+             SELECT 'backlog-' || g, 'e', 'forward', 'crm', 'http://127.0.0.1:9/', '{}', \
+             'crm:chat:' || (g % 500), g % 500, 'pending', 3000, 3000, \
+             CASE WHEN g <= 500 THEN 1 ELSE 0 END FROM generate_series(1, 20000) g",
+        )
+        .execute(&mut *w.tx)
+        .await
+        .expect("backlog");
+        w.commit().await.expect("commit");
+
+        // The transaction's own counts: a backend reports its counts when
+        // idle, and until then this view adds up its earlier transactions.
+        const SCANS: &str = "SELECT CAST(COALESCE(SUM(seq_scan), 0) AS BIGINT) \
+             FROM pg_stat_xact_user_tables WHERE relname = 'outbox'";
+        let mut w = store.begin_write().await.expect("write");
+        let (before,): (i64,) = sqlx::query_as(SCANS)
+            .fetch_one(&mut *w.tx)
+            .await
+            .expect("the scans so far");
+        let claimed = claim_in(&mut w.tx, 4_000, 60_000, 64).await.expect("claim");
+        assert_eq!(claimed.len(), 64, "the first rows of 64 keys");
+        let results = delivered(&claimed, 4_000);
+        finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
+            .await
+            .expect("results");
+        let (after,): (i64,) = sqlx::query_as(SCANS)
+            .fetch_one(&mut *w.tx)
+            .await
+            .expect("the scans since");
+        assert_eq!(after - before, 0, "the outbox was read whole");
+        w.commit().await.expect("commit");
     }
 
     /// The deliverer's next look reads no pending row but through an

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::batch::{Query, Scripts, json_cell, pad_slots, run, run_script, slots_for, values};
+use super::batch::{
+    Query, Scripts, json_cell, pad_slots, planned_per_batch, run, slots_for, values,
+};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError, is_postgres};
 use crate::event::Event;
@@ -46,18 +48,21 @@ pub async fn chats_by_ids(
     ids: &[i64],
 ) -> Result<HashMap<i64, Chat>, StoreError> {
     let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    // The count tells PostgreSQL's planner how many ids to expect (a JSON
+    // array's elements it guesses at 100).
+    let count = ids.len() as i64;
     let ids = if is_postgres(conn) {
-        "SELECT value::BIGINT FROM json_array_elements_text($1::JSON)"
+        "SELECT value::BIGINT FROM json_array_elements_text($1::JSON) LIMIT $2"
     } else {
-        "SELECT value FROM json_each($1)"
+        "SELECT value FROM json_each($1) LIMIT $2"
     };
-    let rows = sqlx::query(&format!(
-        "SELECT {CHAT_COLUMNS} FROM chats WHERE id IN ({ids})"
-    ))
-    .bind(list)
-    .fetch_all(conn)
-    .await
-    .ctx("looking up chats")?;
+    let sql = format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id IN ({ids})");
+    let rows = planned_per_batch(conn, &sql)
+        .bind(list)
+        .bind(count)
+        .fetch_all(conn)
+        .await
+        .ctx("looking up chats")?;
     rows.iter()
         .map(|row| chat_from_row(row).map(|chat| (chat.id, chat)))
         .collect()
@@ -135,13 +140,10 @@ async fn write_postgres(
             })
         })
         .collect();
-    let statements = run_script(
-        conn,
-        PG_SCRIPT,
-        serde_json::Value::Array(rows).to_string(),
-        WHAT,
-    )
-    .await?;
+    let query = planned_per_batch(conn, PG_SCRIPT)
+        .bind(serde_json::Value::Array(rows).to_string())
+        .bind(items.len() as i64);
+    let statements = run(conn, query, WHAT).await?;
     json_cell(statements.first(), 0)
 }
 
@@ -149,7 +151,7 @@ const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
      uid TEXT, chat BIGINT, author TEXT, agent BIGINT, body TEXT, dstate TEXT, now BIGINT, \
      eid TEXT, kind TEXT, dir TEXT, ch BIGINT, payload TEXT, at BIGINT, oid TEXT, oevent TEXT, \
      okind TEXT, policy TEXT, url TEXT, obody TEXT, chunked BIGINT, okey TEXT, staged BIGINT, \
-     secret TEXT)), \
+     secret TEXT) LIMIT $2), \
      m AS (INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
      created_at) SELECT uid, chat, author, agent, body, dstate, now FROM b \
      WHERE body IS NOT NULL ORDER BY ord RETURNING id, uid), \
@@ -271,7 +273,7 @@ mod tests {
     use super::*;
     use crate::event::{Direction, EventKind};
     use crate::store::outbox::{Finished, finish_many};
-    use crate::store::{Durability, NewDelivery, OutboxState, Store};
+    use crate::store::{Durability, NewDelivery, Store};
 
     /// A typing notice to `chat`, with its outbox row (no message row).
     fn typing(chat: i64) -> OutgoingWrite {
@@ -352,20 +354,7 @@ mod tests {
                     .fetch_one(store.pool())
                     .await
                     .expect("the row");
-                results.push(Finished {
-                    seq,
-                    state: OutboxState::Delivered,
-                    error: None,
-                    attempts: 1,
-                    answer: Some("{}".into()),
-                    message: None,
-                    event: Event::new(
-                        EventKind::DELIVERY_RESULT,
-                        Direction::Out,
-                        serde_json::json!({}),
-                    ),
-                    now: 2_000,
-                });
+                results.push(Finished::delivered(seq, 2_000));
             }
             let mut w = store.begin_write().await.expect("write");
             finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
