@@ -598,8 +598,9 @@ const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
      SELECT eid, kind, dir, ch, chat, payload, at FROM b WHERE eid IS NOT NULL ORDER BY ord";
 
 /// The next pending row of each finished row's order key is its head now.
-/// (`= ANY (ARRAY(…))`, not `IN`: the rows to change are looked up by key;
-/// as a join PostgreSQL may hash the whole outbox for them.)
+/// (`= ANY (ARRAY(…))`, not `IN`: the rows to change are then read by
+/// `seq` through the primary key; as a join PostgreSQL may hash the whole
+/// outbox for them.)
 const PG_PROMOTE: &str = "UPDATE outbox SET head = 1 WHERE seq = ANY (ARRAY(SELECT (SELECT MIN(p.seq) \
      FROM outbox p WHERE p.order_key = f.order_key AND p.state = 'pending') \
      FROM outbox f WHERE f.order_key IS NOT NULL AND f.seq IN \
@@ -660,7 +661,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
         let mut w = self.begin_write().await?;
-        let claimed = claim_in(&mut w.tx, now, lease_ms, limit).await?;
+        let claimed = claim_in(&mut w.tx, self.backend(), now, lease_ms, limit).await?;
         if claimed.is_empty() {
             return Ok(claimed);
         }
@@ -830,15 +831,11 @@ fn claim_sql(backend: Backend) -> &'static str {
 /// leased, in `seq` order.
 async fn claim_in(
     conn: &mut AnyConnection,
+    backend: Backend,
     now: i64,
     lease_ms: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
-    let backend = if is_postgres(conn) {
-        Backend::Postgres
-    } else {
-        Backend::Sqlite
-    };
     // A claim is a batch too: a plan kept from when the outbox was small
     // would read it whole.
     let rows = batch::planned_per_batch(conn, claim_sql(backend))
@@ -1309,7 +1306,9 @@ mod tests {
             .fetch_one(&mut *w.tx)
             .await
             .expect("the scans so far");
-        let claimed = claim_in(&mut w.tx, 4_000, 60_000, 64).await.expect("claim");
+        let claimed = claim_in(&mut w.tx, Backend::Postgres, 4_000, 60_000, 64)
+            .await
+            .expect("claim");
         assert_eq!(claimed.len(), 64, "the first rows of 64 keys");
         let results = delivered(&claimed, 4_000);
         finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
