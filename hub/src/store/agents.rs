@@ -75,7 +75,7 @@ impl Store {
     }
 
     pub async fn agent_by_token_hash(&self, hash: &str) -> Result<Option<Agent>, StoreError> {
-        if let Some(agent) = self.agent_tokens.as_ref().and_then(|c| c.get(hash)) {
+        if let Some(agent) = self.agent_tokens.get(hash) {
             return Ok(Some(agent));
         }
         let row = sqlx::query(&format!(
@@ -90,8 +90,8 @@ impl Store {
             .map(from_row)
             .transpose()
             .ctx("reading an agent")?;
-        if let (Some(cache), Some(agent)) = (&self.agent_tokens, &agent) {
-            cache.put(hash, agent);
+        if let Some(agent) = &agent {
+            self.agent_tokens.put(hash, agent);
         }
         Ok(agent)
     }
@@ -185,9 +185,7 @@ impl Store {
             .ctx("setting agent status")?;
         let done = w.commit().await;
         // Whether or not the commit went through: the next request reads.
-        if let Some(cache) = &self.agent_tokens {
-            cache.clear();
-        }
+        self.agent_tokens.clear();
         done
     }
 
@@ -204,12 +202,14 @@ impl Store {
 }
 
 /// Agents by token hash as this process last read them, so that an agent's
-/// request does not read its token from the database each time (SQLite
-/// only: several instances on PostgreSQL change agents under each other).
-/// A token never changes and agents are never deleted; the one field that
-/// changes, `online`, is written through [`Store::set_agent_online`], which
-/// empties the cache. What another process writes to the file (the `hub`
-/// commands) is seen within [`TokenCache::TTL`].
+/// request does not read its token from the database each time (on
+/// PostgreSQL that read was one of a delivery's two round trips before its
+/// batch). A token never changes and agents are never deleted; the one
+/// field that changes, `online`, is written through
+/// [`Store::set_agent_online`], which empties this process's cache. What
+/// another process writes (the `hub` commands on SQLite, the other
+/// instances on PostgreSQL) is seen within [`TokenCache::TTL`], as channels
+/// changed elsewhere are.
 #[derive(Default)]
 pub(crate) struct TokenCache {
     agents: Mutex<HashMap<String, (Instant, Agent)>>,

@@ -156,8 +156,8 @@ pub struct Store {
     channel_cache: Arc<channels::ChannelCache>,
     /// Senders' live chats (SQLite only; see `live.rs`).
     live_chats: Option<Arc<live::LiveChats>>,
-    /// Agents by token hash (SQLite only; see `agents::TokenCache`).
-    agent_tokens: Option<Arc<agents::TokenCache>>,
+    /// Agents by token hash (see `agents::TokenCache`).
+    agent_tokens: Arc<agents::TokenCache>,
     /// Whether commits fail now (SQLite's writer records it; PostgreSQL's
     /// commits here).
     health: Arc<writer::WriteHealth>,
@@ -307,7 +307,9 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
-/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect.
+/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect; step 14 is
+/// PostgreSQL's alone (storage parameters, and an index SQLite keeps as it
+/// is: it has no heap-only updates to make room for).
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         1,
@@ -355,7 +357,15 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/postgres/0013_outbox_pending_order.sql"),
     ),
+    (
+        14,
+        include_str!("../../migrations/postgres/0014_outbox_hot_claims.sql"),
+    ),
 ];
+
+/// A PostgreSQL connection idle for this long is pinged before it is handed
+/// out; one returned more recently was pinged when it came back.
+const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// How a PostgreSQL write transaction starts: `BEGIN` and the write turn in
 /// one round trip. The turn is an advisory lock every write transaction (and
@@ -373,8 +383,9 @@ impl Store {
     /// timeout, so a database that is not there is named with the reason
     /// (the pool retries a refused connection until its acquire timeout and
     /// then says only that it timed out). The pool opens connections when
-    /// they are needed and replaces broken ones (each is pinged before use),
-    /// so the hub recovers by itself once a database that went away is back.
+    /// they are needed and replaces broken ones (each is pinged when it comes
+    /// back, and again before use after a second idle), so the hub recovers
+    /// by itself once a database that went away is back.
     pub async fn open(url: &str, options: impl Into<OpenOptions>) -> Result<Store, StoreError> {
         let OpenOptions {
             durability,
@@ -410,7 +421,20 @@ impl Store {
                 probe_postgres(&url, settings.connect_timeout).await?;
                 AnyPoolOptions::new()
                     .max_connections(settings.max_connections)
-                    .test_before_acquire(true)
+                    // sqlx pings every connection it takes back; pinging it
+                    // again when it is handed out was a second round trip
+                    // per read, and one inside the write turn. A connection
+                    // idle for longer than that is pinged, so one the
+                    // server dropped meanwhile is replaced, not used.
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for < PG_PING_AFTER_IDLE {
+                                return Ok(true);
+                            }
+                            Ok(conn.ping().await.is_ok())
+                        })
+                    })
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_lazy(&url)
                     .ctx("setting up the connection pool")?
@@ -439,7 +463,7 @@ impl Store {
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
             live_chats: (backend == Backend::Sqlite).then(Arc::default),
-            agent_tokens: (backend == Backend::Sqlite).then(Arc::default),
+            agent_tokens: Arc::default(),
             health,
             readers,
         };
@@ -467,7 +491,7 @@ impl Store {
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
             live_chats: Some(Arc::default()),
-            agent_tokens: Some(Arc::default()),
+            agent_tokens: Arc::default(),
             readers: None,
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
