@@ -1263,6 +1263,35 @@ mod tests {
             .collect()
     }
 
+    /// PostgreSQL's counts of what this backend did to the outbox: read
+    /// before and after within one transaction, since a backend reports its
+    /// counts when idle, and until then this view adds up its earlier
+    /// transactions too.
+    struct OutboxCounts {
+        scans: i64,
+        updates: i64,
+        hot_updates: i64,
+    }
+
+    impl OutboxCounts {
+        async fn now(conn: &mut AnyConnection) -> OutboxCounts {
+            let (scans, updates, hot_updates): (i64, i64, i64) = sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(seq_scan), 0) AS BIGINT), \
+                 CAST(COALESCE(SUM(n_tup_upd), 0) AS BIGINT), \
+                 CAST(COALESCE(SUM(n_tup_hot_upd), 0) AS BIGINT) \
+                 FROM pg_stat_xact_user_tables WHERE relname = 'outbox'",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .expect("the outbox's counts");
+            OutboxCounts {
+                scans,
+                updates,
+                hot_updates,
+            }
+        }
+    }
+
     /// Records `claimed` as delivered at `now`, as one batch of results.
     async fn deliver_all(store: &Store, claimed: &[Claimed], now: i64) {
         let results = delivered(claimed, now);
@@ -1302,15 +1331,8 @@ mod tests {
         .expect("backlog");
         w.commit().await.expect("commit");
 
-        // The transaction's own counts: a backend reports its counts when
-        // idle, and until then this view adds up its earlier transactions.
-        const SCANS: &str = "SELECT CAST(COALESCE(SUM(seq_scan), 0) AS BIGINT) \
-             FROM pg_stat_xact_user_tables WHERE relname = 'outbox'";
         let mut w = store.begin_write().await.expect("write");
-        let (before,): (i64,) = sqlx::query_as(SCANS)
-            .fetch_one(&mut *w.tx)
-            .await
-            .expect("the scans so far");
+        let before = OutboxCounts::now(&mut w.tx).await;
         let claimed = claim_in(&mut w.tx, Backend::Postgres, 4_000, 60_000, 64)
             .await
             .expect("claim");
@@ -1319,11 +1341,8 @@ mod tests {
         finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
             .await
             .expect("results");
-        let (after,): (i64,) = sqlx::query_as(SCANS)
-            .fetch_one(&mut *w.tx)
-            .await
-            .expect("the scans since");
-        assert_eq!(after - before, 0, "the outbox was read whole");
+        let after = OutboxCounts::now(&mut w.tx).await;
+        assert_eq!(after.scans - before.scans, 0, "the outbox was read whole");
         w.commit().await.expect("commit");
     }
 
@@ -1383,24 +1402,18 @@ mod tests {
         }
         w.commit().await.expect("commit");
 
-        const UPDATES: &str = "SELECT CAST(COALESCE(SUM(n_tup_upd), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(n_tup_hot_upd), 0) AS BIGINT) \
-             FROM pg_stat_xact_user_tables WHERE relname = 'outbox'";
         let mut w = store.begin_write().await.expect("write");
-        let (updated_before, hot_before): (i64, i64) = sqlx::query_as(UPDATES)
-            .fetch_one(&mut *w.tx)
-            .await
-            .expect("the updates so far");
+        let before = OutboxCounts::now(&mut w.tx).await;
         let claimed = claim_in(&mut w.tx, Backend::Postgres, 2_000, 60_000, 64)
             .await
             .expect("claim");
-        let (updated, hot): (i64, i64) = sqlx::query_as(UPDATES)
-            .fetch_one(&mut *w.tx)
-            .await
-            .expect("the updates since");
+        let after = OutboxCounts::now(&mut w.tx).await;
         w.commit().await.expect("commit");
         assert_eq!(claimed.len(), 40);
-        let (updated, hot) = (updated - updated_before, hot - hot_before);
+        let (updated, hot) = (
+            after.updates - before.updates,
+            after.hot_updates - before.hot_updates,
+        );
         assert_eq!(updated, 40, "one update per claimed row");
         // The pages keep room for about half their rows' second versions;
         // the rest move. Before migration 14: none stayed.
