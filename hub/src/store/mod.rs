@@ -424,8 +424,8 @@ impl Store {
                     // sqlx pings every connection it takes back; pinging it
                     // again when it is handed out was a second round trip
                     // per read, and one inside the write turn. A connection
-                    // idle for longer than that is pinged, so one the
-                    // server dropped meanwhile is replaced, not used.
+                    // idle for `PG_PING_AFTER_IDLE` or longer is pinged, so
+                    // one the server dropped meanwhile is replaced, not used.
                     .test_before_acquire(false)
                     .before_acquire(|conn, meta| {
                         Box::pin(async move {
