@@ -8,7 +8,8 @@
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
 //! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
-//! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s).
+//! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s),
+//! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`).
 //!
 //! Side by side: `BENCH_AB=<path of another hub binary>` runs this build's
 //! `hub serve` and that one alternately (`BENCH_AB_ROUNDS`, default 3),
@@ -516,6 +517,18 @@ struct ServedHub {
     token: String,
 }
 
+/// The `hub` binary the served runs start, and whether it is this build's:
+/// `BENCH_HUB` names another. `cargo bench` builds its own with the
+/// dev-dependencies' features in it, which measured slower than `cargo
+/// build --release -p hub --bin hub` of the same source (docs/performance.md,
+/// "Measuring"): point `BENCH_HUB` at that build to measure what operators run.
+fn served_binary() -> (PathBuf, bool) {
+    match std::env::var_os("BENCH_HUB") {
+        Some(path) => (PathBuf::from(path), false),
+        None => (PathBuf::from(env!("CARGO_BIN_EXE_hub")), true),
+    }
+}
+
 impl ServedHub {
     /// Starts `hub serve` with `dir/<name>.toml` on `storage`, its log in
     /// `dir/<name>.log`, and waits until it answers.
@@ -526,8 +539,8 @@ impl ServedHub {
         setup: Setup,
         plugins: &Path,
     ) -> ServedHub {
-        let binary = Path::new(env!("CARGO_BIN_EXE_hub"));
-        ServedHub::start_binary(binary, dir, name, storage, setup, plugins).await
+        let (binary, _) = served_binary();
+        ServedHub::start_binary(&binary, dir, name, storage, setup, plugins).await
     }
 
     /// [`ServedHub::start`] with another `hub` binary.

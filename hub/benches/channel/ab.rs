@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{
     Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or,
-    hello_process_baseline, load, postgres_server, serve_hello,
+    hello_process_baseline, load, postgres_server, serve_hello, served_binary,
 };
 
 /// One run of one binary.
@@ -44,12 +44,14 @@ pub async fn compare(
     plugins: &Path,
 ) {
     let rounds = env_or("BENCH_AB_ROUNDS", 3).max(1);
-    let this = Path::new(env!("CARGO_BIN_EXE_hub"));
+    let (this, built_here) = served_binary();
+    let this = this.as_path();
     let server = postgres_server();
     println!(
-        "side by side: A = {} (this build), B = {}; {rounds} rounds, the order alternated, \
+        "side by side: A = {}{}, B = {}; {rounds} rounds, the order alternated, \
          {conns} connections, {} s per run, a fresh {} database per run",
         this.display(),
+        if built_here { " (this build)" } else { "" },
         other.display(),
         duration.as_secs(),
         if server.is_some() {
