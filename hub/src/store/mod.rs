@@ -1083,11 +1083,9 @@ mod tests {
         assert!(!err.contains("s3cret"), "{err}");
     }
 
-    #[tokio::test]
-    async fn an_agent_authenticated_again_shows_the_online_state_just_written() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
-        let store = Store::open(&url, Durability::Normal).await.expect("store");
+    /// The token cache (both databases) never shows an agent's `online`
+    /// from before this process wrote it.
+    async fn authenticated_again_shows_the_online_state_just_written(store: Store) {
         let agent = store
             .insert_agent(agents::NewAgent {
                 name: "Ann",
@@ -1128,6 +1126,21 @@ mod tests {
             "an unknown token stays unknown"
         );
         store.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_agent_authenticated_again_shows_the_online_state_just_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, Durability::Normal).await.expect("store");
+        authenticated_again_shows_the_online_state_just_written(store).await;
+    }
+
+    #[tokio::test]
+    async fn an_agent_authenticated_again_shows_the_online_state_just_written_postgres() {
+        if let Some(store) = test_postgres().await {
+            authenticated_again_shows_the_online_state_just_written(store).await;
+        }
     }
 
     #[tokio::test]
