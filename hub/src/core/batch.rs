@@ -5,8 +5,10 @@
 //!
 //! Invariants: a job is answered `Ok` only after its commit; one bad job
 //! cannot fail the others of its batch (a failed batch is retried one job at
-//! a time); the next batch is written while the previous one's commit is
-//! awaited by a task of its own.
+//! a time, unless the database could not be reached: then every job of it
+//! is answered at once, not after one acquire timeout per job); the next
+//! batch is written while the previous one's commit is awaited by a task of
+//! its own.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -84,7 +86,7 @@ async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) 
             Ok(written) => {
                 tokio::spawn(answer_after(written, dones));
             }
-            Err(e) if jobs.len() > 1 => {
+            Err(e) if jobs.len() > 1 && !unreachable(&e) => {
                 tracing::warn!(error = %e, count = jobs.len(), what = W::WHAT, "a batch failed; writing its jobs one by one");
                 for (job, done) in jobs.into_iter().zip(dones) {
                     let mut one = [job];
@@ -97,6 +99,10 @@ async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) 
             Err(e) => answer_all(dones, e, W::WHAT),
         }
     }
+}
+
+fn unreachable(error: &CoreError) -> bool {
+    matches!(error, CoreError::Store(e) if e.is_unreachable())
 }
 
 /// The batch's results and the wait for its commit.
@@ -141,5 +147,152 @@ fn answer_all<D>(dones: Vec<oneshot::Sender<Result<D, CoreError>>>, error: CoreE
     tracing::error!(error = %text, count = dones.len(), what, "not stored");
     for done in dones {
         let _ = done.send(Err(CoreError::Store(StoreError::Commit(text.clone()))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::task::JoinSet;
+
+    use super::*;
+    use crate::store::{Durability, OpenOptions, PoolSettings};
+
+    /// Writes nothing: one round trip per job, in the batch's transaction.
+    struct Probe;
+
+    impl BatchWrite for Probe {
+        type Job = u32;
+        type Done = u32;
+        const MAX: usize = 16;
+        const WHAT: &'static str = "probes";
+
+        async fn write(conn: &mut Conn, jobs: &mut [u32]) -> Result<Vec<u32>, CoreError> {
+            for _ in jobs.iter() {
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|source| StoreError::Db {
+                        context: "probing",
+                        source,
+                    })?;
+            }
+            Ok(jobs.to_vec())
+        }
+    }
+
+    /// A loopback relay in front of the test PostgreSQL. Taken down, it cuts
+    /// the connections it carries and hangs up on every new one at once
+    /// (counted), as a database host that went away would.
+    struct Relay {
+        port: u16,
+        down: Arc<AtomicBool>,
+        refused: Arc<AtomicUsize>,
+        carried: Arc<std::sync::Mutex<JoinSet<()>>>,
+    }
+
+    impl Relay {
+        async fn start(target: String) -> Relay {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            let relay = Relay {
+                port,
+                down: Arc::default(),
+                refused: Arc::default(),
+                carried: Arc::default(),
+            };
+            let (down, refused, carried) = (
+                relay.down.clone(),
+                relay.refused.clone(),
+                relay.carried.clone(),
+            );
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if down.load(Ordering::SeqCst) {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    let target = target.clone();
+                    carried.lock().expect("relay").spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                }
+            });
+            relay
+        }
+
+        fn set_down(&self, down: bool) {
+            self.down.store(down, Ordering::SeqCst);
+            if down {
+                self.carried.lock().expect("relay").abort_all();
+            }
+        }
+    }
+
+    /// Four jobs queued together, so the writer takes them as one batch.
+    async fn four_at_once(batcher: &Batcher<Probe>, store: &Store) -> Vec<Result<u32, CoreError>> {
+        let jobs = (1..=4).map(|n| batcher.write(store, n));
+        futures_util::future::join_all(jobs).await
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_cannot_reach_the_database_fails_at_once_and_the_next_one_is_written() {
+        let Some(url) = crate::store::test_postgres_url().await else {
+            return;
+        };
+        let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
+        let server = format!("{}:{}", options.get_host(), options.get_port());
+        let relay = Relay::start(server.clone()).await;
+        let relayed = url.replacen(&server, &format!("127.0.0.1:{}", relay.port), 1);
+        let store = Store::open(
+            &relayed,
+            OpenOptions {
+                durability: Durability::Normal,
+                pool: PoolSettings {
+                    max_connections: 4,
+                    acquire_timeout: Duration::from_secs(2),
+                    connect_timeout: Duration::from_secs(5),
+                },
+            },
+        )
+        .await
+        .expect("store");
+        let batcher = Batcher::<Probe>::default();
+        let up: Vec<u32> = four_at_once(&batcher, &store)
+            .await
+            .into_iter()
+            .map(|r| r.expect("written while the database is there"))
+            .collect();
+        assert_eq!(up, [1, 2, 3, 4]);
+
+        relay.set_down(true);
+        let down = four_at_once(&batcher, &store).await;
+        for result in &down {
+            match result {
+                Err(CoreError::Store(e)) => assert!(
+                    e.is_unreachable() || matches!(e, StoreError::Commit(_)),
+                    "{e}"
+                ),
+                other => panic!("written while the database is gone: {other:?}"),
+            }
+        }
+        // Retried one job at a time, each would have asked for a connection
+        // of its own (and waited out the acquire timeout on a refusal).
+        let asked = relay.refused.load(Ordering::SeqCst);
+        assert!(asked <= 1, "{asked} connections asked for one failed batch");
+
+        relay.set_down(false);
+        let back: Vec<u32> = four_at_once(&batcher, &store)
+            .await
+            .into_iter()
+            .map(|r| r.expect("written once the database is back"))
+            .collect();
+        assert_eq!(back, [1, 2, 3, 4]);
     }
 }

@@ -77,6 +77,26 @@ pub enum StoreError {
     Unreachable { target: String, reason: String },
 }
 
+impl StoreError {
+    /// Whether the database itself could not be reached (no connection
+    /// within the acquire timeout, a connection lost on the way): no part
+    /// of the work was at fault, and doing it again at once fails the same.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::Unreachable { .. } => true,
+            StoreError::Db { source, .. } => matches!(
+                source,
+                sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::WorkerCrashed
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// Attaches context to sqlx errors: `.ctx("inserting a message")?`.
 pub trait Ctx<T> {
     fn ctx(self, context: &'static str) -> Result<T, StoreError>;
