@@ -52,7 +52,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod common;
 
-use common::{create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
+use common::{CpuClock, create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
 
 #[path = "channel/ab.rs"]
 mod ab;
@@ -133,7 +133,15 @@ async fn bench() {
     for setup in SETUPS {
         let dir = tempfile::tempdir().expect("temp dir");
         let (hub, endpoint_path, token) = start_hub(dir.path(), integrator, setup, &plugins).await;
-        let run = ingress(hub.addr(), &endpoint_path, conns, duration, setup, &base).await;
+        let run = ingress(
+            (hub.addr(), None),
+            &endpoint_path,
+            conns,
+            duration,
+            setup,
+            &base,
+        )
+        .await;
         if setup.redact && setup.durability == "full" {
             paced(hub.addr(), &endpoint_path, conns, duration, &run).await;
             kept = Some((hub, token, dir));
@@ -171,7 +179,8 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
         let mut hub = ServedHub::start(dir.path(), "hub", &storage, setup, plugins).await;
         hub.provision(integrator).await;
         let idle = memory_kib(hub.child.id(), "VmRSS");
-        let run = ingress(hub.addr, &hub.path, conns, duration, setup, &base).await;
+        let served = (hub.addr, Some(hub.child.id()));
+        let run = ingress(served, &hub.path, conns, duration, setup, &base).await;
         let mut delivered = None;
         if setup.redact {
             if setup.durability == "full" {
@@ -454,7 +463,10 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
             memory_kib(pid, "VmRSS") as f64 / 1024.0
         );
     }
-    let ingress = load(addr, path, conns, duration, &customer_message, None).await;
+    let clocks = pid.map(cpu_clocks);
+    let ingress = load(addr, path, conns, duration, &customer_message, None)
+        .await
+        .with_cpu(clocks);
     ingress.print("customer-message ingress", Some(base));
     paced(addr, path, conns, duration, &ingress).await;
     if let Some(pid) = pid {
@@ -466,15 +478,19 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
 }
 
 /// The closed-loop ingress run of a setup, printed next to `base`.
+/// With `pid`, the served hub's process, also the CPU per message.
 async fn ingress(
-    addr: SocketAddr,
+    (addr, pid): (SocketAddr, Option<u32>),
     path: &str,
     conns: usize,
     duration: Duration,
     setup: Setup,
     base: &Run,
 ) -> Run {
-    let run = load(addr, path, conns, duration, &customer_message, None).await;
+    let clocks = pid.map(cpu_clocks);
+    let run = load(addr, path, conns, duration, &customer_message, None)
+        .await
+        .with_cpu(clocks);
     run.print(&format!("ingress, {}", setup.label()), Some(base));
     run
 }
@@ -616,7 +632,10 @@ impl ServedHub {
 async fn hello_process_baseline(conns: usize, duration: Duration) -> Run {
     let (mut hello_child, hello) = spawn_hello();
     let hello_body = |_: usize| Bytes::from_static(b"{}");
-    let base = load(hello, "/", conns, duration, &hello_body, None).await;
+    let clocks = Some(cpu_clocks(hello_child.id()));
+    let base = load(hello, "/", conns, duration, &hello_body, None)
+        .await
+        .with_cpu(clocks);
     base.print("hello-world (bare hyper)", None);
     let _ = hello_child.kill();
     let _ = hello_child.wait();
@@ -651,6 +670,24 @@ struct Run {
     errors: usize,
     elapsed: Duration,
     latencies: Vec<Duration>,
+    /// CPU per request, when the server is a process of its own.
+    cpu: Option<Cpu>,
+}
+
+/// Microseconds of CPU per request: the server process's, and this
+/// process's (the load generator's, its other work idle meanwhile).
+#[derive(Clone, Copy)]
+struct Cpu {
+    server: f64,
+    generator: f64,
+}
+
+impl Cpu {
+    /// The load generator's cost and the server's together: when the cores
+    /// are what bounds both runs, rates are inversely proportional to it.
+    fn total(self) -> f64 {
+        self.server + self.generator
+    }
 }
 
 impl Run {
@@ -673,6 +710,7 @@ impl Run {
             .collect();
         latencies.sort();
         Run {
+            cpu: None,
             count: latencies.len(),
             errors: runs.iter().map(|r| r.errors).sum(),
             elapsed: runs.iter().map(|r| r.elapsed).max().unwrap_or_default(),
@@ -682,6 +720,22 @@ impl Run {
     /// One line; with `base`, the throughput as a share of it.
     fn print(&self, name: &str, base: Option<&Run>) {
         println!("{}", self.line(name, base));
+        if let Some(cpu) = self.cpu {
+            println!("{}", cpu_line(cpu, base.and_then(|b| b.cpu)));
+        }
+    }
+
+    /// The run with the CPU its server (`clocks.0`) and this process spent,
+    /// if measured.
+    fn with_cpu(mut self, clocks: Option<(CpuClock, CpuClock)>) -> Run {
+        let Some((server, generator)) = clocks else {
+            return self;
+        };
+        self.cpu = server
+            .per_item_us(self.count)
+            .zip(generator.per_item_us(self.count))
+            .map(|(server, generator)| Cpu { server, generator });
+        self
     }
     fn line(&self, name: &str, base: Option<&Run>) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -698,6 +752,29 @@ impl Run {
             self.errors
         )
     }
+}
+
+/// Clocks for a run against the server process `pid`.
+fn cpu_clocks(pid: u32) -> (CpuClock, CpuClock) {
+    (CpuClock::start(pid), CpuClock::own())
+}
+
+/// A served run's CPU per request; against the hello-world's, what a
+/// server could spend per request at 25 % of its rate (the target), if the
+/// cores bound both runs: rates go as the inverse of the load generator's
+/// and the server's CPU per request together.
+fn cpu_line(cpu: Cpu, base: Option<Cpu>) -> String {
+    let mut line = format!(
+        "    CPU per request: server {:.1} µs, load generator {:.1} µs",
+        cpu.server, cpu.generator
+    );
+    if let Some(base) = base {
+        line += &format!(
+            "; at 25 % of hello-world's rate a server may spend {:.1} µs",
+            4.0 * base.total() - cpu.generator
+        );
+    }
+    line
 }
 
 /// A hello-world server: the ceiling for any HTTP service on this machine.
@@ -817,6 +894,7 @@ async fn load(
         errors,
         elapsed,
         latencies,
+        cpu: None,
     }
 }
 

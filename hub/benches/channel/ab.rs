@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::common::CpuClock;
 use super::{
     Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or,
     hello_process_baseline, load, postgres_server, serve_hello, served_binary,
@@ -154,7 +155,7 @@ async fn run(
         ServedHub::start_binary(binary, dir.path(), "hub", &storage, setup, plugins).await;
     hub.provision(integrator).await;
     let pid = hub.child.id();
-    let before = cpu_ticks(pid);
+    let cpu = CpuClock::start(pid);
     let ingress = load(
         hub.addr,
         &hub.path,
@@ -164,10 +165,7 @@ async fn run(
         None,
     )
     .await;
-    let after = cpu_ticks(pid);
-    let cpu_us = before.zip(after).and_then(|(b, a)| {
-        (ingress.count > 0).then(|| (a - b) as f64 * 1e6 / TICKS_PER_SEC / ingress.count as f64)
-    });
+    let cpu_us = cpu.per_item_us(ingress.count);
     let mut delivered = None;
     if setup.redact {
         received.store(0, Ordering::Relaxed);
@@ -188,21 +186,6 @@ async fn run(
         cpu_us,
         delivered,
     }
-}
-
-/// `/proc/<pid>/stat`'s clock ticks: `USER_HZ`, 100 on every Linux the
-/// kernel's ABI has shipped with.
-const TICKS_PER_SEC: f64 = 100.0;
-
-/// User and system CPU time of a process so far, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces), from field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
 }
 
 fn mean(samples: &[Sample], f: &dyn Fn(&Sample) -> Option<f64>) -> Option<f64> {

@@ -1,5 +1,6 @@
 //! What the benchmarks share: settings from the environment, the example
-//! plugins built for them, the backtrace guard, and a process's memory.
+//! plugins built for them, the backtrace guard, and a process's memory and
+//! CPU time.
 
 #![allow(dead_code, reason = "each benchmark uses some of these")]
 
@@ -54,6 +55,47 @@ pub fn memory_kib(pid: u32, field: &str) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// `/proc/<pid>/stat`'s clock ticks: `USER_HZ`, 100 on every Linux the
+/// kernel's ABI has shipped with.
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// User and system CPU time of a process so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces), from field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The CPU time a process has used since [`CpuClock::start`].
+pub struct CpuClock {
+    pid: u32,
+    start: Option<u64>,
+}
+
+impl CpuClock {
+    pub fn start(pid: u32) -> CpuClock {
+        CpuClock {
+            pid,
+            start: cpu_ticks(pid),
+        }
+    }
+
+    /// This process (a load generator measuring itself).
+    pub fn own() -> CpuClock {
+        CpuClock::start(std::process::id())
+    }
+
+    /// Microseconds of CPU per item since the start, over `count` items.
+    pub fn per_item_us(&self, count: usize) -> Option<f64> {
+        let used = cpu_ticks(self.pid)?.checked_sub(self.start?)?;
+        (count > 0).then(|| used as f64 * 1e6 / TICKS_PER_SEC / count as f64)
+    }
 }
 
 /// Creates a channel through the admin API; the path of its endpoint.
