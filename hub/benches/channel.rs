@@ -74,6 +74,8 @@ fn main() {
 struct Setup {
     redact: bool,
     durability: &'static str,
+    /// Example plugins configured besides, on no route (memory per plugin).
+    idle_plugins: &'static [&'static str],
 }
 
 impl Setup {
@@ -90,18 +92,22 @@ const SETUPS: [Setup; 4] = [
     Setup {
         redact: false,
         durability: "full",
+        idle_plugins: &[],
     },
     Setup {
         redact: false,
         durability: "normal",
+        idle_plugins: &[],
     },
     Setup {
         redact: true,
         durability: "full",
+        idle_plugins: &[],
     },
     Setup {
         redact: true,
         durability: "normal",
+        idle_plugins: &[],
     },
 ];
 
@@ -212,9 +218,53 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
             delivered,
         });
     }
+    plugin_memory(plugins).await;
     if let Some(server) = postgres_server() {
         postgres(&server, conns, duration, replies, plugins, &base, &sqlite).await;
     }
+}
+
+/// Idle RSS of `hub serve` without plugins, and with the example plugins
+/// that need no settings configured (on no route) at its first start,
+/// which compiles them, and at the next, which loads them from its cache;
+/// what each plugin adds.
+async fn plugin_memory(plugins: &Path) {
+    const EXAMPLES: &[&str] = &[
+        "redact",
+        "auto_reply",
+        "crm_enrich",
+        "faq_bot",
+        "spam_guard",
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let storage = format!("sqlite://{}", dir.path().join("idle.db").display());
+    let none = Setup {
+        redact: false,
+        durability: "full",
+        idle_plugins: &[],
+    };
+    let examples = Setup {
+        idle_plugins: EXAMPLES,
+        ..none
+    };
+    let mut idle = Vec::new();
+    for (name, setup) in [("none", none), ("first", examples), ("cached", examples)] {
+        let mut hub = ServedHub::start(dir.path(), name, &storage, setup, plugins).await;
+        // What the start allocates last (the plugins' config checks) settles.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        idle.push(memory_kib(hub.child.id(), "VmRSS") as f64 / 1024.0);
+        hub.stop();
+    }
+    let n = EXAMPLES.len() as f64;
+    println!(
+        "  idle RSS by configured plugins: none {:.1} MB; {} example plugins {:.1} MB at the first start (compiling them), {:.1} MB from the cache: {:.2} and {:.2} MB per plugin",
+        idle[0],
+        EXAMPLES.len(),
+        idle[1],
+        idle[2],
+        (idle[1] - idle[0]) / n,
+        (idle[2] - idle[0]) / n
+    );
 }
 
 /// A SQLite figure of the black-box run, for the PostgreSQL ratios.
@@ -510,6 +560,12 @@ fn config_text(storage: &str, listen: &str, setup: Setup, plugins: &Path) -> Str
         text += &format!("durability = \"{}\"\n", setup.durability);
     }
     text += &format!("[admin]\ntoken = \"{ADMIN}\"\n");
+    for name in setup.idle_plugins {
+        text += &format!(
+            "[[plugins]]\nname = \"idle-{name}\"\npath = \"{}\"\n",
+            plugins.join(format!("{name}.wasm")).display()
+        );
+    }
     // The load comes from one address at many times a real channel's rate.
     text += "[limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n";
     if setup.redact {

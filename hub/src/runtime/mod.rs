@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-pub use cache::Origin;
+pub use cache::{Origin, release_compile_memory};
 pub use counters::{Counters, DURATION_BUCKETS_MICROS, PluginCounters, Snapshot};
 pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};
 
