@@ -52,6 +52,16 @@ enum Command {
     /// Inspect the event log.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// Compiles the plugin on standard input into a cache directory: what
+    /// the hub runs in a child process of its own when a plugin is not in
+    /// its cache (`runtime/cache.rs`).
+    #[command(hide = true)]
+    CompilePlugin {
+        #[arg(long)]
+        cache_dir: PathBuf,
+        #[arg(long)]
+        slots: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -252,6 +262,14 @@ enum AgentCommand {
 fn main() -> std::process::ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
+    if let Command::CompilePlugin { cache_dir, slots } = &cli.command {
+        return compile_plugin(cache_dir, *slots);
+    }
+    // Plugins are compiled by a child process, so that the compiler's
+    // memory never stays in this one.
+    if let Ok(program) = std::env::current_exe() {
+        hub::runtime::compile_in_child(program);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -263,6 +281,24 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `hub compile-plugin`: the `.wasm` on standard input into `cache_dir`;
+/// a failure is one line on standard error, which the parent logs.
+fn compile_plugin(cache_dir: &Path, slots: u32) -> std::process::ExitCode {
+    use std::io::Read;
+    let mut wasm = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut wasm) {
+        eprintln!("reading the plugin: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    match hub::runtime::compile_into(cache_dir, slots, &wasm) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -341,6 +377,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Plugin(cmd) => plugin(config, cmd).await,
         Command::Deliveries(cmd) => deliveries(config, cmd).await,
         Command::Events(cmd) => events(config, cmd).await,
+        // Run by `main` before the async runtime starts.
+        Command::CompilePlugin { .. } => Ok(()),
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-pub use cache::{Origin, release_compile_memory};
+pub use cache::{Origin, compile_in_child, compile_into, release_compile_memory};
 pub use counters::{Counters, DURATION_BUCKETS_MICROS, PluginCounters, Snapshot};
 pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};
 
@@ -160,7 +160,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 engine,
                 linker,
-                cache: cache::ComponentCache::new(cache_dir),
+                cache: cache::ComponentCache::new(cache_dir, slots),
                 slots: Arc::new(Semaphore::new(slots as usize)),
                 memory: host::MemoryBudget::new(memory_bytes),
                 counters: Counters::default(),
