@@ -412,6 +412,39 @@ async fn faulty_plugins_are_contained_and_skipped_while_traffic_flows() {
     }
 }
 
+/// The epoch that stops runaway guest code stops ticking while no sandbox
+/// exists, so an idle hub sleeps; a call after a quiet spell must still be
+/// stopped at its deadline (else the message would never be answered).
+/// The hub runs on a thread and runtime of its own: if the call were never
+/// stopped, this test fails instead of waiting for the stuck thread.
+#[test]
+fn a_runaway_plugin_after_a_quiet_spell_is_still_stopped_at_its_deadline() {
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let s = Setup::start(fault_wiring("loop", "", "skip")).await;
+            // Longer than the ticker's idle time (100 ticks of 1 ms): it sleeps.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let message = json!({"sender": {"id": 1}, "message": {"type": "text", "text": "after a quiet spell"}});
+            let answer = s.hub.customer(&s.web, message).await;
+            let timeouts = s
+                .counter("hub_plugin_errors_total{plugin=\"fault\",kind=\"timeout\"}")
+                .await;
+            let _ = done.send((answer, timeouts));
+            s.hub.shutdown().await;
+        });
+    });
+    let ((code, body), timeouts) = outcome
+        .recv_timeout(Duration::from_secs(60))
+        .expect("answered within a minute: the looping call was stopped");
+    assert_eq!(code, 200, "on_error = skip: {body}");
+    assert_eq!(timeouts, 1.0, "the call ended as a timeout");
+}
+
 #[tokio::test]
 async fn an_output_far_over_max_output_bytes_is_refused_by_its_size_alone() {
     // 16 MiB against 64 KiB allowed: refused by its length in the guest's

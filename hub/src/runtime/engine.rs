@@ -1,8 +1,8 @@
 //! The one `wasmtime::Engine` every plugin runs on, and the epoch ticker that
 //! turns per-call deadlines into traps.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use wasmtime::{
@@ -101,21 +101,69 @@ fn config(slots: u32, reservation: Reservation) -> Config {
     config
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+/// Ticks without a sandbox alive after which the ticker sleeps until one
+/// is made: an idle hub should not wake a thousand times a second.
+const IDLE_TICKS: u32 = 100;
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] while sandboxes exist
+/// (and for [`IDLE_TICKS`] after the last), until dropped.
 pub struct Ticker {
-    stop: Arc<AtomicBool>,
+    shared: Arc<TickerShared>,
+}
+
+struct TickerShared {
+    stop: AtomicBool,
+    /// Sandboxes alive: the ticker must run while any is.
+    alive: AtomicUsize,
+    /// The ticker is asleep (or about to be) until a sandbox is made.
+    parked: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
+}
+
+/// Held by every sandbox for its life: while any is held the epoch
+/// advances, so its deadline can stop guest code.
+pub struct Awake {
+    shared: Arc<TickerShared>,
+}
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        self.shared.alive.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Ticker {
     pub fn start(engine: &Engine) -> std::io::Result<Ticker> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let shared = Arc::new(TickerShared {
+            stop: AtomicBool::new(false),
+            alive: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        });
+        let ticking = shared.clone();
         // A weak handle: the ticker must not keep a dropped runtime's engine alive.
         let engine = engine.weak();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("hub-epoch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                let mut idle = 0u32;
+                while !ticking.stop.load(Ordering::Relaxed) {
+                    if ticking.alive.load(Ordering::SeqCst) > 0 {
+                        idle = 0;
+                    } else if idle < IDLE_TICKS {
+                        idle += 1;
+                    } else {
+                        // Announced before looking again, as `awake` counts
+                        // before looking: one of the two sees the other.
+                        ticking.parked.store(true, Ordering::SeqCst);
+                        if ticking.alive.load(Ordering::SeqCst) == 0
+                            && !ticking.stop.load(Ordering::SeqCst)
+                        {
+                            std::thread::park();
+                        }
+                        ticking.parked.store(false, Ordering::SeqCst);
+                        idle = 0;
+                    }
                     std::thread::sleep(EPOCH_TICK);
                     match engine.upgrade() {
                         Some(engine) => engine.increment_epoch(),
@@ -123,12 +171,31 @@ impl Ticker {
                     }
                 }
             })?;
-        Ok(Ticker { stop })
+        let _ = shared.thread.set(handle.thread().clone());
+        Ok(Ticker { shared })
+    }
+
+    /// Keeps the epoch advancing while the returned guard lives.
+    pub fn awake(&self) -> Awake {
+        self.shared.alive.fetch_add(1, Ordering::SeqCst);
+        if self.shared.parked.load(Ordering::SeqCst) {
+            self.unpark();
+        }
+        Awake {
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = self.shared.thread.get() {
+            thread.unpark();
+        }
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.unpark();
     }
 }

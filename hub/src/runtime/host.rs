@@ -55,6 +55,9 @@ pub struct HostState {
     pub quota_refusals: usize,
     /// The plugin's long-call turn this call holds or waits for.
     pub turn: Arc<Turn>,
+    /// Keeps the epoch ticking while this sandbox lives: its deadline is
+    /// counted in ticks.
+    _awake: super::engine::Awake,
 }
 
 /// A long call's turn among the plugin's `max_concurrency`: taken at the
@@ -83,7 +86,12 @@ impl Turn {
 }
 
 impl HostState {
-    pub fn new(plugin: Arc<Plugin>, event_id: String, deadline: Instant) -> HostState {
+    pub fn new(
+        plugin: Arc<Plugin>,
+        event_id: String,
+        deadline: Instant,
+        awake: super::engine::Awake,
+    ) -> HostState {
         let stdout = Capture::new(MAX_STDIO_BYTES);
         let stderr = Capture::new(MAX_STDIO_BYTES);
         let wasi = WasiCtx::builder()
@@ -109,6 +117,7 @@ impl HostState {
             logs_dropped: 0,
             quota_refusals: 0,
             turn: Arc::new(Turn::default()),
+            _awake: awake,
         }
     }
 

@@ -136,7 +136,8 @@ struct Inner {
     counters: Counters,
     /// Where calls that outlive their first tick go on running.
     threads: threads::PluginThreads,
-    _ticker: engine::Ticker,
+    /// Advances the epoch while sandboxes exist.
+    ticker: engine::Ticker,
 }
 
 impl Runtime {
@@ -165,7 +166,7 @@ impl Runtime {
                 memory: host::MemoryBudget::new(memory_bytes),
                 counters: Counters::default(),
                 threads,
-                _ticker: ticker,
+                ticker,
             }),
         })
     }

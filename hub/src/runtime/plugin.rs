@@ -530,7 +530,8 @@ impl Plugin {
         deadline: Instant,
         long: Arc<AtomicBool>,
     ) -> wasmtime::Store<HostState> {
-        let state = HostState::new(self.clone(), label, deadline);
+        let awake = self.runtime.inner.ticker.awake();
+        let state = HostState::new(self.clone(), label, deadline, awake);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         // What the guest hands the hub in one go (its answer, a host call's
