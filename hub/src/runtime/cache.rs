@@ -117,8 +117,7 @@ impl ComponentCache {
         }
         // The stored copy, not the one just compiled: its code is then
         // pages of the file, as after a restart, instead of heap the
-        // process keeps (a first start with the six example plugins held
-        // ~20 MB more than the next; docs/performance.md, item 28).
+        // process keeps (docs/performance.md, item 28).
         // SAFETY: as above; the file was written by this engine just now.
         match unsafe { Component::deserialize_file(engine, &file) } {
             Ok(stored) => Ok((stored, Origin::Compiled)),
