@@ -262,11 +262,16 @@ mod tests {
         .await
         .expect("store");
         let batcher = Batcher::<Probe>::default();
-        let up: Vec<i64> = four_at_once(&batcher, &store)
-            .await
-            .into_iter()
-            .map(|r| r.expect("written while the database is there"))
-            .collect();
+        let written = |results: Vec<Result<i64, CoreError>>, when: &str| -> Vec<i64> {
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|e| panic!("not written {when}: {e}")))
+                .collect()
+        };
+        let up = written(
+            four_at_once(&batcher, &store).await,
+            "while the database is there",
+        );
         assert_eq!(up, [1, 2, 3, 4]);
 
         relay.set_down(true);
@@ -286,11 +291,10 @@ mod tests {
         assert!(asked <= 1, "{asked} connections asked for one failed batch");
 
         relay.set_down(false);
-        let back: Vec<i64> = four_at_once(&batcher, &store)
-            .await
-            .into_iter()
-            .map(|r| r.expect("written once the database is back"))
-            .collect();
+        let back = written(
+            four_at_once(&batcher, &store).await,
+            "once the database is back",
+        );
         assert_eq!(back, [1, 2, 3, 4]);
     }
 }

@@ -79,9 +79,6 @@ impl Wiring {
                 }
             }
         }
-        if !loaded.compiled.is_empty() {
-            crate::runtime::release_compile_memory();
-        }
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, r) in config.routes.iter().enumerate() {
             let mut chain = Vec::with_capacity(r.plugins.len());

@@ -111,6 +111,7 @@ impl ComponentCache {
             }
         }
         let component = Component::new(engine, wasm)?;
+        release_compile_memory();
         if let Err(e) = store(&file, &component) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot cache a compiled plugin");
             return Ok((component, Origin::Compiled));
@@ -126,11 +127,11 @@ impl ComponentCache {
     }
 }
 
-/// Gives the memory compiling used back to the system. Cranelift's work
-/// is freed when a compile ends, but glibc's allocator keeps freed heap
-/// for later allocations, and a hub that compiled its plugins at start
-/// would hold it for good.
-pub fn release_compile_memory() {
+/// Gives the memory compiling in this process used back to the system.
+/// Cranelift's work is freed when a compile ends, but glibc's allocator
+/// keeps freed heap for later allocations, and a hub that compiled its
+/// plugins at start would hold it for good.
+fn release_compile_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: `malloc_trim` only returns free pages of glibc's heaps to
