@@ -309,12 +309,16 @@ async fn metrics_follow_requests_events_deliveries_replies_and_streams() {
     })
     .await;
     assert!(waiting.get("hub_outbox_oldest_pending_seconds{policy=\"channel\"}") >= 0.0);
-    let m = eventually(WAIT, "a dead letter", || async {
+    // The gauge reads the database; the counters move once the deliverer
+    // hears its batch committed, a moment later: wait for both.
+    let m = eventually(WAIT, "a dead letter, stored and counted", || async {
         let m = Scrape::of(&base).await;
-        (m.get("hub_dead_letters") == 1.0).then_some(m)
+        (m.get("hub_dead_letters") == 1.0
+            && m.get("hub_dead_letters_total") == 1.0
+            && m.get("hub_deliveries_total{kind=\"channel\",result=\"delivered\"}") == 1.0)
+            .then_some(m)
     })
     .await;
-    assert_eq!(m.get("hub_dead_letters_total"), 1.0);
     assert_eq!(m.get("hub_outbox_pending{policy=\"channel\"}"), 0.0);
     assert_eq!(
         m.get("hub_deliveries_total{kind=\"channel\",result=\"retry\"}"),
