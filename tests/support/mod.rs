@@ -259,9 +259,20 @@ pub fn discard_logs_at_info() {
     });
 }
 
+/// A `[[plugins]]` table. Unless `extra` sets its own `timeout_ms`, the
+/// plugin gets 5 s instead of the default 100 ms: these tests are about what
+/// a plugin does, and on a loaded machine a first call (a debug build, a
+/// key-value read from a busy database) can pass 100 ms and be skipped,
+/// which changes what the test sees (seen: auto-reply's away message sent
+/// for the second message instead of the first).
 pub fn plugin_toml(name: &str, wasm: &str, extra: &str, config: &str) -> String {
+    let timeout = if extra.contains("timeout_ms") {
+        ""
+    } else {
+        "timeout_ms = 5000\n"
+    };
     format!(
-        "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{extra}\n[plugins.config]\n{config}\n\n",
+        "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{timeout}{extra}\n[plugins.config]\n{config}\n\n",
         plugin_wasm(wasm).display()
     )
 }
