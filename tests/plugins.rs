@@ -451,7 +451,7 @@ async fn an_output_far_over_max_output_bytes_is_refused_by_its_size_alone() {
     // memory, before the hub copies it. Beside it, an output of exactly
     // 64 KiB is copied and judged on what it says (a bare JSON string is no
     // customer message).
-    let limits = "timeout_ms = 5000\nmemory_mb = 128\nmax_output_bytes = 65536";
+    let limits = "memory_mb = 128\nmax_output_bytes = 65536";
     let wiring = plugin_toml(
         "exact",
         "fault",
@@ -624,7 +624,7 @@ async fn key_value_quotas_bound_what_a_plugin_keeps() {
             "fault",
             "fault",
             // A generous deadline: this test is about quotas, not time.
-            "kv = true\nkv_max_writes_per_call = 50\nkv_max_keys = 80\ntimeout_ms = 5000",
+            "kv = true\nkv_max_writes_per_call = 50\nkv_max_keys = 80",
             "fault = \"kv_flood\"\ncount = 200\nsize_bytes = 1024",
         ) + &route_toml(customer_route(), "\"fault\"", "reject"),
     )
@@ -657,7 +657,7 @@ async fn one_event_cannot_queue_more_forwards_than_max_forwards() {
     ) + &plugin_toml(
         "fault",
         "fault",
-        "destinations = [\"sink\"]\nmax_forwards = 10\ntimeout_ms = 5000",
+        "destinations = [\"sink\"]\nmax_forwards = 10",
         "fault = \"forward_flood\"\ndestination = \"sink\"\ncount = 1000",
     ) + &route_toml(customer_route(), "\"fault\"", "skip");
     let s = Setup::start(wiring).await;
@@ -687,7 +687,7 @@ async fn plugin_logs_and_stdout_are_capped_without_failing_the_call() {
             plugin_toml(
                 "fault",
                 "fault",
-                "max_host_calls = 2000\ntimeout_ms = 5000",
+                "max_host_calls = 2000",
                 &format!("fault = \"{fault}\"\ncount = 1000"),
             ) + &route_toml(customer_route(), "\"fault\"", "reject"),
         )
@@ -725,7 +725,7 @@ async fn plugin_log_lines_below_the_log_level_take_nothing_from_the_caps() {
         plugin_toml(
             "fault",
             "fault",
-            "max_host_calls = 2000\ntimeout_ms = 5000",
+            "max_host_calls = 2000",
             "fault = \"log_flood\"\ncount = 1000\nlevel = \"debug\"",
         ) + &route_toml(customer_route(), "\"fault\"", "reject"),
     )
@@ -951,13 +951,11 @@ async fn changed_payloads_are_checked_against_the_channel_rules() {
 async fn routes_filter_by_channel_and_chain_plugins_in_order() {
     // redact then a plugin that drops what still contains "secret": the
     // order is the route's, and only channel `web` is routed.
-    // Generous timeouts: on a loaded machine a call past the default 100 ms
-    // would be skipped (`on_error = "skip"`) and the test would measure that.
-    let wiring = plugin_toml("redact", "redact", "timeout_ms = 2000", "")
+    let wiring = plugin_toml("redact", "redact", "", "")
         + &plugin_toml(
             "guard",
             "spam_guard",
-            "timeout_ms = 2000",
+            "",
             "patterns = [\"[email]\"]\nmax_messages = 100",
         )
         + "[[routes]]\nevents = [\"channel.*\"]\nchannels = [\"web\"]\nplugins = [\"redact\", \"guard\"]\n\n";
@@ -1174,7 +1172,7 @@ async fn crm_enrich_answers_chat_accepted_in_place_of_the_integrator() {
     ) + &plugin_toml(
         "crm-enrich",
         "crm_enrich",
-        "destinations = [\"crm\"]\ntimeout_ms = 2000",
+        "destinations = [\"crm\"]",
         "lookup = \"crm\"",
     ) + &route_toml("\"webhook.chat_accepted\"", "\"crm-enrich\"", "skip");
     let s = Setup::start(wiring).await;
