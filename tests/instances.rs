@@ -295,45 +295,105 @@ async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
     a.shutdown().await;
 }
 
+/// Instances started at once on an empty database, all applying the same
+/// declared channels and bots (as the default `hub.toml` declares
+/// `widget-demo`), then all restarted at once, as an orchestrator does.
 #[tokio::test]
-async fn two_instances_started_at_the_same_moment_on_an_empty_database_both_come_up() {
+async fn instances_started_at_the_same_moment_on_an_empty_database_all_come_up_twice() {
     if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
         return;
     }
     use crate::support::{HubProcess, write_config};
+    const INSTANCES: usize = 4;
     let dir = tempfile::tempdir().expect("temp dir");
-    // The database is created empty; neither instance has migrated it yet.
-    let config = write_config(dir.path(), &HubOptions::default(), "127.0.0.1:0");
-    let (a, b) = tokio::join!(
-        tokio::task::spawn_blocking({
+    // The database is created empty; no instance has migrated it yet.
+    let opts = HubOptions {
+        extra_toml: "[[channels]]\nname = \"widget-demo\"\ntype = \"widget\"\n\
+                     widget_id = \"demo-widget\"\nagents = [\"ann@example.com\"]\n\n\
+                     [[channels]]\nname = \"web\"\ncustomer_endpoint = \"http://127.0.0.1:9/hub\"\n\n\
+                     [[bots]]\nname = \"Assistant\"\nendpoint = \"http://127.0.0.1:9/bot\"\n\
+                     token = \"bot-token-0123456789\"\nchannels = [\"web\"]\n"
+            .to_owned(),
+        ..HubOptions::default()
+    };
+    let config = write_config(dir.path(), &opts, "127.0.0.1:0");
+    for round in ["first start", "restart of all"] {
+        let spawned = futures_util::future::join_all((0..INSTANCES).map(|_| {
             let config = config.clone();
-            move || HubProcess::spawn(&config)
-        }),
-        tokio::task::spawn_blocking({
-            let config = config.clone();
-            move || HubProcess::spawn(&config)
-        }),
-    );
-    let (a, b) = (a.expect("first instance"), b.expect("second instance"));
-    for hub in [&a, &b] {
-        let ready = reqwest::get(format!("{}/readyz", hub.base))
-            .await
-            .expect("readyz");
-        assert_eq!(ready.status(), 200, "{}", hub.log());
+            tokio::task::spawn_blocking(move || {
+                std::panic::catch_unwind(|| HubProcess::spawn(&config)).map_err(|_| ())
+            })
+        }))
+        .await;
+        let mut hubs = Vec::new();
+        for (i, hub) in spawned.into_iter().enumerate() {
+            match hub.expect("spawn task") {
+                Ok(hub) => hubs.push(hub),
+                Err(()) => panic!("{round}: instance {i} did not come up (its log is above)"),
+            }
+        }
+        for hub in &hubs {
+            let ready = reqwest::get(format!("{}/readyz", hub.base))
+                .await
+                .expect("readyz");
+            assert_eq!(ready.status(), 200, "{round}: {}", hub.log());
+        }
+        // One of each declared thing, whichever instance is asked.
+        let http = reqwest::Client::new();
+        for hub in &hubs {
+            let channels: serde_json::Value = http
+                .get(format!("{}/admin/v1/channels", hub.base))
+                .bearer_auth(crate::support::ADMIN_TOKEN)
+                .send()
+                .await
+                .expect("channels")
+                .json()
+                .await
+                .expect("channels json");
+            let mut names: Vec<_> = channels["channels"]
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|c| c["name"].as_str().unwrap_or_default().to_owned())
+                .filter(|name| !name.starts_with("made-"))
+                .collect();
+            names.sort();
+            assert_eq!(names, ["web", "widget-demo"], "{round}");
+            let bots: serde_json::Value = http
+                .get(format!("{}/admin/v1/bots", hub.base))
+                .bearer_auth(crate::support::ADMIN_TOKEN)
+                .send()
+                .await
+                .expect("bots")
+                .json()
+                .await
+                .expect("bots json");
+            assert_eq!(
+                bots["bots"].as_array().map(Vec::len),
+                Some(1),
+                "{round}: {bots}"
+            );
+            // The widget's script is served by every instance.
+            let script = reqwest::get(format!("{}/widget/demo-widget", hub.base))
+                .await
+                .expect("widget script");
+            assert_eq!(script.status(), 200, "{round}");
+        }
+        // What one instance makes, the others serve at once.
+        let ch = crate::support::admin_create(
+            &hubs[0].base,
+            "channels",
+            json!({ "name": format!("made-{}", round.len()), "customer_endpoint": "http://127.0.0.1:9/hub" }),
+        )
+        .await;
+        let status = ch["status_url"]
+            .as_str()
+            .expect("status url")
+            .replace(&hubs[0].base, &hubs[INSTANCES - 1].base);
+        let answer = reqwest::get(&status).await.expect("status on another");
+        assert_eq!(answer.status(), 200);
+        drop(hubs);
     }
-    // What one instance makes, the other serves at once.
-    let ch = crate::support::admin_create(
-        &a.base,
-        "channels",
-        json!({ "name": "web", "customer_endpoint": "http://127.0.0.1:9/hub" }),
-    )
-    .await;
-    let status = ch["status_url"]
-        .as_str()
-        .expect("status url")
-        .replace(&a.base, &b.base);
-    let answer = reqwest::get(&status).await.expect("status on B");
-    assert_eq!(answer.status(), 200);
 }
 
 #[tokio::test]
@@ -394,4 +454,172 @@ async fn a_bot_made_on_the_command_line_reaches_a_running_instance_at_once() {
     )
     .await;
     hub.shutdown().await;
+}
+
+/// An agent and a channel to `integrator` made through `base`'s admin API;
+/// the agent and the channel's endpoint URL.
+async fn agent_and_channel(base: &str, integrator: &Integrator) -> (TestAgent, String) {
+    let agent = crate::support::admin_create(
+        base,
+        "agents",
+        json!({ "name": "Ann", "email": "ann@example.com" }),
+    )
+    .await;
+    let ch = crate::support::admin_create(
+        base,
+        "channels",
+        json!({ "name": "web", "customer_endpoint": integrator.url, "agents": ["ann@example.com"] }),
+    )
+    .await;
+    let ann = TestAgent {
+        id: agent["id"].as_i64().expect("id"),
+        token: agent["token"].as_str().expect("token").to_owned(),
+        base: base.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    (
+        ann,
+        ch["endpoint_url"].as_str().expect("endpoint").to_owned(),
+    )
+}
+
+/// A customer message on `endpoint` and the agent's reply to it, which
+/// the integrator then receives.
+async fn reply_in_a_new_chat(ann: &TestAgent, endpoint: &str) {
+    let resp = reqwest::Client::new()
+        .post(endpoint)
+        .json(&json!({ "sender": { "id": "c-1" }, "message": { "type": "text", "text": "hello" } }))
+        .send()
+        .await
+        .expect("customer message");
+    assert_eq!(resp.status(), 200);
+    let chats = ann.chats().await;
+    let chat = chats[0]["id"].as_i64().expect("chat id");
+    ann.reply(chat, "the reply in flight").await;
+}
+
+/// A port free on loopback now, so a hub can be restarted on it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Settings that keep an attempt in flight for long and give a lease far
+/// longer than the take-over under test.
+fn in_flight_options(extra: &str) -> HubOptions {
+    HubOptions {
+        attempt_timeout_ms: 20_000,
+        lease_ms: 30_000,
+        extra_toml: format!("{extra}\n[webhooks]\ntimeout_ms = 1000\nsync_timeout_ms = 1000\n"),
+        ..HubOptions::default()
+    }
+}
+
+/// The delivery ids and attempt numbers the integrator received, in order.
+fn attempts(integrator: &Integrator) -> Vec<(String, String, std::time::Instant)> {
+    integrator
+        .requests()
+        .iter()
+        .map(|r| {
+            (
+                r.header("x-hub-delivery").unwrap_or_default().to_owned(),
+                r.header("x-hub-attempt").unwrap_or_default().to_owned(),
+                r.at,
+            )
+        })
+        .collect()
+}
+
+/// `kill -9` of the only instance while it sends an agent's reply, then a
+/// restart on the same address: the reply goes out again at once, as the
+/// same delivery's next attempt, not when its 30 s lease runs out (on
+/// PostgreSQL the instance takes back its own leases by its identity; on
+/// SQLite every lease is its own).
+#[tokio::test]
+async fn a_restarted_instance_sends_again_at_once_what_it_had_in_flight_when_killed() {
+    use crate::support::{HubProcess, Reply, write_config};
+    let integrator = Integrator::start().await;
+    // The first attempt hangs until the instance is gone; later ones succeed.
+    integrator.script([Reply::ok().delayed(Duration::from_secs(25))]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = write_config(dir.path(), &in_flight_options(""), &listen);
+    let spawn = |config: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
+    };
+    let mut hub = spawn(config.clone()).await.expect("instance");
+    let (ann, endpoint) = agent_and_channel(&hub.base, &integrator).await;
+    reply_in_a_new_chat(&ann, &endpoint).await;
+    integrator.wait_for(1, WAIT).await;
+    hub.kill();
+
+    let hub = spawn(config.clone()).await.expect("restarted instance");
+    let restarted = std::time::Instant::now();
+    integrator.wait_for(2, Duration::from_secs(40)).await;
+    let seen = attempts(&integrator);
+    let again = seen[1].2.duration_since(restarted);
+    eprintln!("sent again {again:?} after the restart (lease 30 s)");
+    assert_eq!(seen[1].0, seen[0].0, "the same delivery, sent again");
+    assert_eq!((&*seen[0].1, &*seen[1].1), ("1", "2"), "attempts continue");
+    assert!(
+        again < Duration::from_secs(5),
+        "the reply waited {again:?} after the restart: for its lease, not taken back\n{}",
+        hub.log()
+    );
+}
+
+/// Two instances; the one sending a reply dies (`kill -9`): the other takes
+/// the delivery over once the dead one's heartbeat is `takeover_ms` old,
+/// long before its 30 s lease ends, and sends it as the next attempt.
+#[tokio::test]
+async fn when_an_instance_dies_the_other_takes_over_its_deliveries_after_its_heartbeat_stops() {
+    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
+        return;
+    }
+    use crate::support::{HubProcess, Reply, write_config};
+    let integrator = Integrator::start().await;
+    integrator.script([Reply::ok().delayed(Duration::from_secs(25))]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        // Keys before any table header land in the file's `[delivery]`.
+        &in_flight_options("heartbeat_ms = 200\ntakeover_ms = 1000\n"),
+        "127.0.0.1:0",
+    );
+    let spawn = |config: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
+    };
+    // Only the doomed instance runs while the reply is first sent, so it
+    // is the one holding the lease.
+    let mut doomed = spawn(config.clone()).await.expect("first instance");
+    let (ann, endpoint) = agent_and_channel(&doomed.base, &integrator).await;
+    reply_in_a_new_chat(&ann, &endpoint).await;
+    integrator.wait_for(1, WAIT).await;
+    let survivor = spawn(config.clone()).await.expect("second instance");
+    // The survivor judges others only once its own heartbeats have gone
+    // through for a take-over window.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    doomed.kill();
+    let killed = std::time::Instant::now();
+
+    integrator.wait_for(2, Duration::from_secs(40)).await;
+    let seen = attempts(&integrator);
+    let after = seen[1].2.duration_since(killed);
+    eprintln!("taken over {after:?} after the kill (heartbeat 200 ms, take-over 1 s, lease 30 s)");
+    assert_eq!(seen[1].0, seen[0].0, "the same delivery, sent again");
+    assert_eq!((&*seen[0].1, &*seen[1].1), ("1", "2"), "attempts continue");
+    assert!(
+        after < Duration::from_secs(10),
+        "the reply waited {after:?}: for its lease, not for the heartbeat\n{}",
+        survivor.log()
+    );
+    assert!(
+        survivor
+            .log()
+            .contains("took over the deliveries of an instance whose heartbeat stopped"),
+        "{}",
+        survivor.log()
+    );
 }

@@ -20,6 +20,7 @@ use crate::outbound::{HttpSender, TlsSetupError};
 use crate::pipeline::Pipeline;
 use crate::pipeline::wiring::{Wiring, WiringHandle};
 use crate::runtime::{Runtime, RuntimeError};
+use crate::store::instances::Identity;
 use crate::store::{Durability, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +33,9 @@ pub enum StartError {
     },
     #[error("storage: {0}")]
     Store(#[from] StoreError),
-    #[error("declared channels: {0}")]
-    Provision(#[from] ProvisionError),
+    // The reason is in the text and not a `source`, so `{:#}` does not print it twice.
+    #[error("declared channels and bots: {0}")]
+    Provision(ProvisionError),
     #[error(transparent)]
     Tls(#[from] TlsSetupError),
     #[error(transparent)]
@@ -42,6 +44,12 @@ pub enum StartError {
     Plugins(Vec<String>),
     #[error("geoip.database: {0}")]
     GeoIp(String),
+}
+
+impl From<ProvisionError> for StartError {
+    fn from(e: ProvisionError) -> Self {
+        StartError::Provision(e)
+    }
 }
 
 /// Why a reload kept the old wiring.
@@ -162,6 +170,11 @@ impl Running {
         if let Err(e) = self.reminders.await {
             tracing::error!(error = %e, "task reminder scheduler failed");
         }
+        if self.store.backend() == crate::store::Backend::Postgres
+            && let Err(e) = self.store.deregister_instance().await
+        {
+            tracing::warn!(error = %e, "cannot deregister this instance");
+        }
         self.store.close().await;
         tracing::info!("stopped");
     }
@@ -181,6 +194,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
 /// Opens the configured database with the configured durability.
 pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store, StoreError> {
+    open_store_as(storage, None).await
+}
+
+/// [`open_store`] for a serving instance: its leases carry `identity`.
+async fn open_store_as(
+    storage: &crate::config::StorageConfig,
+    identity: Option<Identity>,
+) -> Result<Store, StoreError> {
     let durability = match storage.durability {
         crate::config::Durability::Full => Durability::Full,
         crate::config::Durability::Normal => Durability::Normal,
@@ -190,20 +211,34 @@ pub async fn open_store(storage: &crate::config::StorageConfig) -> Result<Store,
         acquire_timeout: storage.acquire_timeout(),
         connect_timeout: storage.connect_timeout(),
     };
-    Store::open(&storage.url, crate::store::OpenOptions { durability, pool }).await
+    Store::open(
+        &storage.url,
+        crate::store::OpenOptions {
+            durability,
+            pool,
+            identity,
+        },
+    )
+    .await
 }
 
 /// Starts the hub on a listener the caller bound (tests bind port 0 and
 /// know the address before the hub starts); `[server] listen` is not used.
 pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
     crate::obs::mark_started();
-    let store = open_store(&config.storage).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.server.listen,
+        source,
+    })?;
+    let identity = Identity::named(instance_id(&config.server, addr));
+    let store = open_store_as(&config.storage, Some(identity)).await?;
     // A SQLite file has one hub: every lease left in it belongs to a process
-    // that is gone. On PostgreSQL other instances may hold live leases; rows
-    // of a dead one are taken over when their lease runs out.
+    // that is gone. On PostgreSQL other instances may hold live leases: this
+    // one takes back those of its own previous run, and the heartbeat task
+    // those of instances that stopped beating.
     let reclaimed = match store.backend() {
         crate::store::Backend::Sqlite => store.reclaim_leases().await?,
-        crate::store::Backend::Postgres => 0,
+        crate::store::Backend::Postgres => store.register_instance(crate::clock::now_ms()).await?,
     };
     if reclaimed > 0 {
         tracing::info!(
@@ -221,10 +256,6 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         )),
         None => None,
     };
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: config.server.listen,
-        source,
-    })?;
     let base = config.public_base(addr);
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
 
@@ -325,6 +356,17 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         app.kick.clone(),
         shutdown.clone(),
     ));
+    if store.backend() == crate::store::Backend::Postgres {
+        tokio::spawn(crate::delivery::heartbeat::run(
+            store.clone(),
+            app.kick.clone(),
+            crate::delivery::heartbeat::Heartbeat {
+                every: Duration::from_millis(app.config.delivery.heartbeat_ms),
+                takeover: Duration::from_millis(app.config.delivery.takeover_ms),
+            },
+            shutdown.clone(),
+        ));
+    }
     tokio::spawn(crate::delivery::prune::run(
         store.clone(),
         app.config.storage.delivered_retention_hours,
@@ -347,4 +389,19 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         deliverer,
         reminders,
     })
+}
+
+/// The name this instance's leases carry: `[server] instance_id`, else the
+/// host and the address it listens on (unique among the live processes of
+/// a host, and the same after a restart on a fixed port).
+fn instance_id(server: &crate::config::ServerConfig, addr: SocketAddr) -> String {
+    if let Some(id) = &server.instance_id {
+        return id.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}/{addr}")
 }

@@ -140,6 +140,13 @@ pub struct ServerConfig {
     /// Most headers a request may carry; more get 431.
     #[serde(default = "default_max_headers")]
     pub max_headers: usize,
+    /// Names this instance to the others on one database: a restarted
+    /// instance takes back the deliveries its previous run left in flight.
+    /// Defaults to the host name and the address the hub listens on; set it
+    /// where neither is stable (`instance_id = "${POD_NAME}"`). Two running
+    /// instances must not share one.
+    #[serde(default)]
+    pub instance_id: Option<String>,
 }
 
 /// `[limits]`: request rates of the unauthenticated endpoints and failed
@@ -447,10 +454,25 @@ pub struct DeliveryConfig {
     /// Longer than every attempt's timeout, or the hub refuses to start.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// How often an instance on PostgreSQL tells the others it is alive.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// An instance silent this long is taken for dead: the others take over
+    /// the deliveries it held at once, not when their lease runs out.
+    #[serde(default = "default_takeover_ms")]
+    pub takeover_ms: u64,
 }
 
 fn default_lease_ms() -> u64 {
     30_000
+}
+
+fn default_heartbeat_ms() -> u64 {
+    1_000
+}
+
+fn default_takeover_ms() -> u64 {
+    5_000
 }
 
 /// The bot exchange's timeout per request (the spec's 3 s).
@@ -530,6 +552,7 @@ impl Default for ServerConfig {
             max_connections: default_max_open_connections(),
             max_header_bytes: default_max_header_bytes(),
             max_headers: default_max_headers(),
+            instance_id: None,
         }
     }
 }
@@ -554,6 +577,8 @@ impl Default for DeliveryConfig {
             retry_interval_ms: default_interval_ms(),
             attempt_timeout_ms: default_interval_ms(),
             lease_ms: default_lease_ms(),
+            heartbeat_ms: default_heartbeat_ms(),
+            takeover_ms: default_takeover_ms(),
         }
     }
 }
@@ -763,6 +788,21 @@ impl Config {
                  {key} ({longest} ms)",
                 self.delivery.lease_ms
             ));
+        }
+        if self.delivery.heartbeat_ms == 0 {
+            problems.push("delivery.heartbeat_ms: must be positive".to_owned());
+        }
+        if self.delivery.takeover_ms < 2 * self.delivery.heartbeat_ms {
+            problems.push(format!(
+                "delivery.takeover_ms: {} ms must be at least twice delivery.heartbeat_ms \
+                 ({} ms), or a live instance could be taken for dead",
+                self.delivery.takeover_ms, self.delivery.heartbeat_ms
+            ));
+        }
+        if let Some(id) = &self.server.instance_id
+            && id.trim().is_empty()
+        {
+            problems.push("server.instance_id: must not be empty".to_owned());
         }
         let mut names = std::collections::HashSet::new();
         for (i, ch) in self.channels.iter().enumerate() {

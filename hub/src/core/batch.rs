@@ -257,6 +257,7 @@ mod tests {
                     acquire_timeout: Duration::from_secs(2),
                     connect_timeout: Duration::from_secs(5),
                 },
+                identity: None,
             },
         )
         .await

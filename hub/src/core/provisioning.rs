@@ -285,7 +285,13 @@ pub async fn create_channel(
     }
     let mut channel = store
         .insert_channel(spec.new_channel(&public_id, declared))
-        .await?;
+        .await?
+        .ok_or_else(|| {
+            ProvisionError::Duplicate(format!(
+                "a channel named `{}` or with widget id `{public_id}` exists already",
+                spec.name
+            ))
+        })?;
     if spec.webhook_url.is_some() || spec.webhook_secret.is_some() {
         store
             .set_channel_webhook(
@@ -309,27 +315,40 @@ pub async fn sync_declared(
 ) -> Result<(), ProvisionError> {
     for c in declared {
         let spec = ChannelSpec::from(c);
-        match store.channel_by_name(&c.name).await? {
-            Some(existing) => {
-                spec.check(outbound).await?;
-                store
-                    .update_declared_channel(
-                        existing.id,
-                        &spec.new_channel(&existing.public_id, true),
-                    )
-                    .await?;
-                store
-                    .set_channel_webhook(
-                        existing.id,
-                        c.webhook_url.as_deref(),
-                        c.webhook_secret.as_deref(),
-                    )
-                    .await?;
+        // Instances starting together on one database apply the same file
+        // at once: a channel another one created between this one's look
+        // and its insert is then updated like any existing one, never an error.
+        let mut raced = false;
+        loop {
+            match store.channel_by_name(&c.name).await? {
+                Some(existing) => {
+                    spec.check(outbound).await?;
+                    store
+                        .update_declared_channel(
+                            existing.id,
+                            &spec.new_channel(&existing.public_id, true),
+                        )
+                        .await?;
+                    store
+                        .set_channel_webhook(
+                            existing.id,
+                            c.webhook_url.as_deref(),
+                            c.webhook_secret.as_deref(),
+                        )
+                        .await?;
+                }
+                None => match create_channel(store, &spec, true, outbound).await {
+                    Ok(ch) => {
+                        tracing::info!(channel = %ch.name, public_id = %ch.public_id, "created declared channel");
+                    }
+                    Err(ProvisionError::Duplicate(_)) if !raced => {
+                        raced = true;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
             }
-            None => {
-                let ch = create_channel(store, &spec, true, outbound).await?;
-                tracing::info!(channel = %ch.name, public_id = %ch.public_id, "created declared channel");
-            }
+            break;
         }
     }
     Ok(())
@@ -595,38 +614,49 @@ pub async fn sync_declared_bots(
     declared: &[BotConfig],
     outbound: &Policy,
 ) -> Result<(), ProvisionError> {
-    let existing = store.list_bots().await?;
+    let mut existing = store.list_bots().await?;
     for c in declared {
         let spec = BotSpec::from_config(c)?;
         spec.check(outbound).await?;
-        match existing.iter().find(|b| b.name == c.name) {
-            Some(bot) => {
-                if let Some(id) = &c.provider_id
-                    && *id != bot.provider_id
-                {
-                    return Err(ProvisionError::Invalid(format!(
-                        "bot `{}`: provider_id cannot change (it is `{}`); delete the bot first",
-                        c.name, bot.provider_id
-                    )));
+        let bot = match existing.iter().find(|b| b.name == c.name) {
+            Some(bot) => bot,
+            None => match create_bot(store, &spec, true, outbound).await {
+                Ok(bot) => {
+                    tracing::info!(bot = %bot.name, provider_id = %bot.provider_id, "created declared bot");
+                    continue;
                 }
-                store
-                    .update_declared_bot(
-                        bot.id,
-                        NewBot {
-                            name: &spec.name,
-                            provider_id: &bot.provider_id,
-                            target: &spec.target,
-                            channels: &spec.channels,
-                            declared: true,
-                        },
-                    )
-                    .await?;
-            }
-            None => {
-                let bot = create_bot(store, &spec, true, outbound).await?;
-                tracing::info!(bot = %bot.name, provider_id = %bot.provider_id, "created declared bot");
-            }
+                // Another instance starting at the same moment created it:
+                // it is brought in line with the file like any existing one.
+                Err(ProvisionError::Duplicate(why)) => {
+                    existing = store.list_bots().await?;
+                    match existing.iter().find(|b| b.name == c.name) {
+                        Some(bot) => bot,
+                        None => return Err(ProvisionError::Duplicate(why)),
+                    }
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        if let Some(id) = &c.provider_id
+            && *id != bot.provider_id
+        {
+            return Err(ProvisionError::Invalid(format!(
+                "bot `{}`: provider_id cannot change (it is `{}`); delete the bot first",
+                c.name, bot.provider_id
+            )));
         }
+        store
+            .update_declared_bot(
+                bot.id,
+                NewBot {
+                    name: &spec.name,
+                    provider_id: &bot.provider_id,
+                    target: &spec.target,
+                    channels: &spec.channels,
+                    declared: true,
+                },
+            )
+            .await?;
     }
     Ok(())
 }

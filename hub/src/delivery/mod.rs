@@ -2,6 +2,7 @@
 //! the row's retry policy. What a final result means to the rest of the hub is
 //! the [`Finisher`]'s business.
 
+pub mod heartbeat;
 mod policy;
 pub mod prune;
 

@@ -118,13 +118,16 @@ fn calls_json(calls: Option<&serde_json::Value>) -> Option<String> {
 }
 
 impl Store {
-    /// Inserts a channel and its agent list; fails on a duplicate name.
-    pub async fn insert_channel(&self, new: NewChannel<'_>) -> Result<Channel, StoreError> {
+    /// Inserts a channel and its agent list; `None` when its name or public
+    /// id is taken (also by another instance inserting at the same moment:
+    /// the insert waits for it and then does nothing).
+    pub async fn insert_channel(&self, new: NewChannel<'_>) -> Result<Option<Channel>, StoreError> {
         let mut w = self.begin_write().await?;
         let row = sqlx::query(&format!(
             "INSERT INTO channels (public_id, name, customer_endpoint, chunked, declared, created_at, \
              kind, color, allowed_origins, calls) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {COLUMNS}"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         ))
         .bind(new.public_id)
         .bind(new.name)
@@ -136,9 +139,12 @@ impl Store {
         .bind(new.color)
         .bind(origins_json(new.allowed_origins))
         .bind(calls_json(new.calls.as_ref()))
-        .fetch_one(&mut *w.tx)
+        .fetch_optional(&mut *w.tx)
         .await
         .ctx("inserting a channel")?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
         let mut channel = from_row(&row).ctx("reading a channel")?;
         for email in new.agents {
             sqlx::query(
@@ -154,7 +160,7 @@ impl Store {
         w.commit().await?;
         self.channel_cache.clear();
         channel.agents = self.channel_agents(channel.id).await?;
-        Ok(channel)
+        Ok(Some(channel))
     }
 
     /// Brings a declared channel's endpoint, chunked flag, widget settings

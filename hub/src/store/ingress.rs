@@ -651,6 +651,7 @@ mod tests {
             })
             .await
             .expect("channel")
+            .expect("a new channel")
             .id;
         let earlier = write(
             &store,

@@ -10,6 +10,7 @@ pub mod chats;
 pub mod crm;
 pub mod events;
 pub mod ingress;
+pub mod instances;
 pub mod kv;
 pub mod live;
 pub mod notices;
@@ -139,10 +140,12 @@ impl Default for PoolSettings {
 
 /// What [`Store::open`] is told besides the URL; a bare [`Durability`]
 /// converts with the default [`PoolSettings`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenOptions {
     pub durability: Durability,
     pub pool: PoolSettings,
+    /// Who this process is to the outbox's leases; anonymous when `None`.
+    pub identity: Option<instances::Identity>,
 }
 
 impl From<Durability> for OpenOptions {
@@ -150,6 +153,7 @@ impl From<Durability> for OpenOptions {
         OpenOptions {
             durability,
             pool: PoolSettings::default(),
+            identity: None,
         }
     }
 }
@@ -184,6 +188,8 @@ pub struct Store {
     /// SQLite: reader connections of the hot paths, outside the pool (see
     /// [`Store::read`]).
     readers: Option<Arc<Readers>>,
+    /// This process as the owner of the leases it takes.
+    identity: Arc<instances::Identity>,
 }
 
 /// Reader connections the store keeps itself. sqlx's pool pings every
@@ -324,6 +330,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/sqlite/0013_outbox_pending_order.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/sqlite/0015_instances.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -381,6 +391,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("../../migrations/postgres/0014_outbox_hot_claims.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/postgres/0015_instances.sql"),
+    ),
 ];
 
 /// A PostgreSQL connection idle for this long is pinged before it is handed
@@ -410,6 +424,7 @@ impl Store {
         let OpenOptions {
             durability,
             pool: settings,
+            identity,
         } = options.into();
         install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
@@ -486,6 +501,7 @@ impl Store {
             agent_tokens: Arc::default(),
             health,
             readers,
+            identity: Arc::new(identity.unwrap_or_else(instances::Identity::anonymous)),
         };
         store.migrate().await?;
         Ok(store)
@@ -513,6 +529,7 @@ impl Store {
             live_chats: Some(Arc::default()),
             agent_tokens: Arc::default(),
             readers: None,
+            identity: Arc::new(instances::Identity::anonymous()),
         };
         let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
             .iter()
@@ -713,22 +730,22 @@ impl Store {
         key: &str,
         init: impl FnOnce() -> String,
     ) -> Result<String, StoreError> {
+        // Insert-or-keep, then read: instances starting together on one
+        // database agree on the first value written, without a lock.
         let mut w = self.begin_write().await?;
-        let found: Option<(String,)> = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(init())
+        .execute(&mut *w.tx)
+        .await
+        .ctx("writing a setting")?;
+        let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE key = $1")
             .bind(key)
-            .fetch_optional(&mut *w.tx)
+            .fetch_one(&mut *w.tx)
             .await
             .ctx("reading a setting")?;
-        if let Some((value,)) = found {
-            return Ok(value);
-        }
-        let value = init();
-        sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2)")
-            .bind(key)
-            .bind(&value)
-            .execute(&mut *w.tx)
-            .await
-            .ctx("writing a setting")?;
         w.commit().await?;
         Ok(value)
     }

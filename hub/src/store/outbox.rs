@@ -661,7 +661,8 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
         let mut w = self.begin_write().await?;
-        let claimed = claim_in(&mut w.tx, self.backend(), now, lease_ms, limit).await?;
+        let owner = &self.identity().id;
+        let claimed = claim_in(&mut w.tx, self.backend(), owner, now, lease_ms, limit).await?;
         if claimed.is_empty() {
             return Ok(claimed);
         }
@@ -768,7 +769,7 @@ fn next_due_sql(backend: Backend) -> &'static str {
 }
 
 /// The claim statement: `$1` the new lease's end, `$2` now, `$3` the most
-/// rows to take.
+/// rows to take, `$4` the instance taking them.
 fn claim_sql(backend: Backend) -> &'static str {
     static CLAIM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static CLAIM_PG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -806,7 +807,7 @@ fn claim_sql(backend: Backend) -> &'static str {
         );
         let free = "o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until < $2)";
         format!(
-            "UPDATE outbox SET lease_until = $1, attempts = attempts + 1, \
+            "UPDATE outbox SET lease_until = $1, lease_owner = $4, attempts = attempts + 1, \
              first_attempt_at = COALESCE(first_attempt_at, $2) WHERE seq IN ( \
              SELECT free.seq FROM ( \
              SELECT heads.seq FROM (SELECT o.seq FROM outbox o{heads} \
@@ -832,6 +833,7 @@ fn claim_sql(backend: Backend) -> &'static str {
 async fn claim_in(
     conn: &mut AnyConnection,
     backend: Backend,
+    owner: &str,
     now: i64,
     lease_ms: i64,
     limit: i64,
@@ -842,6 +844,7 @@ async fn claim_in(
         .bind(now + lease_ms)
         .bind(now)
         .bind(limit)
+        .bind(owner)
         .fetch_all(&mut *conn)
         .await
         .ctx("leasing due deliveries")?;
@@ -1333,7 +1336,7 @@ mod tests {
 
         let mut w = store.begin_write().await.expect("write");
         let before = OutboxCounts::now(&mut w.tx).await;
-        let claimed = claim_in(&mut w.tx, Backend::Postgres, 4_000, 60_000, 64)
+        let claimed = claim_in(&mut w.tx, Backend::Postgres, "test", 4_000, 60_000, 64)
             .await
             .expect("claim");
         assert_eq!(claimed.len(), 64, "the first rows of 64 keys");
@@ -1404,7 +1407,7 @@ mod tests {
 
         let mut w = store.begin_write().await.expect("write");
         let before = OutboxCounts::now(&mut w.tx).await;
-        let claimed = claim_in(&mut w.tx, Backend::Postgres, 2_000, 60_000, 64)
+        let claimed = claim_in(&mut w.tx, Backend::Postgres, "test", 2_000, 60_000, 64)
             .await
             .expect("claim");
         let after = OutboxCounts::now(&mut w.tx).await;
