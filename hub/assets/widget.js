@@ -257,8 +257,9 @@
   // the token when it handles the call: the webhooks it causes carry it.
   var tokenSent = Promise.resolve();
   function post(path, body) {
+    var token = tokenSent;
     return whenOnline()
-      .then(function () { return tokenSent; })
+      .then(function () { return token; })
       .then(function () { return req('POST', path, body); });
   }
   function setConn(c) {
