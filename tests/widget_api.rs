@@ -11,7 +11,7 @@ use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Sse, TestAgent, TestHub, eventually,
+    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestHub, eventually,
 };
 
 /// Generous: CI machines are slow and have two cores.
@@ -1000,6 +1000,135 @@ async fn a_visitor_and_an_agent_talk_live_and_the_replies_go_to_no_integrator() 
     site.hub.shutdown().await;
 }
 
+/// Reads a visitor's stream until its `mode` event, which ends what a
+/// resumed stream sends first; returns the events before it, with their ids.
+async fn until_mode(sse: &mut Sse) -> Vec<(String, Value, Option<String>)> {
+    let mut seen = Vec::new();
+    loop {
+        let Some(event) = sse.next_with_id(WAIT).await else {
+            panic!("no `mode` on the visitor's stream; saw {seen:?}");
+        };
+        if event.0 == "mode" {
+            return seen;
+        }
+        seen.push(event);
+    }
+}
+
+/// The texts of the `message` events among `events`, each checked to carry
+/// its message's id as the SSE id, ids rising.
+fn message_texts(events: &[(String, Value, Option<String>)]) -> Vec<String> {
+    let mut last = 0;
+    let mut texts = Vec::new();
+    for (name, data, id) in events.iter().filter(|(n, _, _)| n == "message") {
+        let n = data["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{name}: {data}"));
+        assert_eq!(id.as_deref(), Some(n.to_string().as_str()), "{data}");
+        assert!(n > last, "message ids rise: {events:?}");
+        last = n;
+        texts.push(data["text"].as_str().unwrap_or_default().to_owned());
+    }
+    texts
+}
+
+#[tokio::test]
+async fn a_visitors_stream_resumes_after_its_last_event_id_in_order_and_once_across_a_restart() {
+    let site = Site::open().await;
+    let visitor = site.visitor().await;
+    let mut page = visitor.stream().await;
+    visitor.say("Where is my parcel?").await;
+    let chat = site.chat_of(&visitor).await;
+    site.act(chat, "accept").await;
+    site.ann.reply(chat, "Let me look.").await;
+    let mut seen = Vec::new();
+    while !message_texts(&seen).contains(&"Let me look.".to_owned()) {
+        seen.push(
+            page.next_with_id(WAIT)
+                .await
+                .expect("the conversation, live"),
+        );
+    }
+    assert_eq!(
+        message_texts(&seen),
+        ["Where is my parcel?", "Let me look."]
+    );
+    let last = page.next_with_id(Duration::ZERO).await;
+    assert!(last.is_none(), "nothing else yet: {last:?}");
+    let looked = seen
+        .iter()
+        .rev()
+        .find_map(|(_, _, id)| id.clone())
+        .expect("the reply's id");
+
+    // The page loses its connection; Ann answers meanwhile; the hub restarts.
+    drop(page);
+    site.ann.reply(chat, "It left the depot.").await;
+    site.ann.reply(chat, "It arrives tomorrow.").await;
+    let Site { hub, ann, receiver } = site;
+    let hub = hub.restart().await;
+    let ann = TestAgent {
+        base: hub.base.clone(),
+        ..ann
+    };
+    let site = Site { hub, ann, receiver };
+    let stream = format!("{}stream?token={}", site.api(""), visitor.token);
+
+    // The browser reconnects with the id of the last event it saw: what it
+    // missed comes first, in order, then the chat's state and the mode.
+    let mut page = Sse::resume(&stream, &looked).await;
+    let caught = until_mode(&mut page).await;
+    assert_eq!(
+        message_texts(&caught),
+        ["It left the depot.", "It arrives tomorrow."]
+    );
+    assert!(
+        caught.iter().any(|(n, d, _)| n == "chat"
+            && *d == json!({ "state": "accepted", "agent": { "name": "Ann" } })),
+        "{caught:?}"
+    );
+    let tomorrow = caught
+        .iter()
+        .rev()
+        .find_map(|(_, _, id)| id.clone())
+        .expect("the last reply's id");
+    // Then live, nothing twice.
+    site.ann.reply(chat, "Sorry for the wait.").await;
+    let next = page.next_with_id(WAIT).await.expect("the next reply");
+    assert_eq!(
+        message_texts(&[next.clone()]),
+        ["Sorry for the wait."],
+        "{next:?}"
+    );
+
+    // The script cannot set headers: `?after=` does the same; a browser's
+    // `Last-Event-ID` (newer) wins over the URL it reconnects to.
+    let mut script = Sse::open(&format!("{stream}&after={looked}")).await;
+    assert_eq!(
+        message_texts(&until_mode(&mut script).await),
+        [
+            "It left the depot.",
+            "It arrives tomorrow.",
+            "Sorry for the wait."
+        ]
+    );
+    let mut browser = Sse::resume(&format!("{stream}&after={looked}"), &tomorrow).await;
+    assert_eq!(
+        message_texts(&until_mode(&mut browser).await),
+        ["Sorry for the wait."]
+    );
+    // A stream without a resume point starts now.
+    let mut fresh = Sse::open(&stream).await;
+    site.ann.reply(chat, "Anything else?").await;
+    let first = fresh.next_with_id(WAIT).await.expect("the new reply");
+    assert_eq!(
+        message_texts(&[first.clone()]),
+        ["Anything else?"],
+        "{first:?}"
+    );
+    site.hub.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_visitors_page_hears_when_agents_go_online_and_offline() {
     let site = Site::open().await;
@@ -1258,6 +1387,136 @@ async fn the_user_token_is_echoed_and_carried_by_the_visitors_webhooks() {
         .webhook("chat_updated", |w| w["visitor"]["name"] == "Uma")
         .await;
     assert_eq!(updated["user_token"], "u-42", "{updated}");
+    site.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_webhook_the_visitor_causes_carries_the_user_token_the_page_set() {
+    let site = Site::open().await;
+    let visitor = site.visitor().await;
+    assert_eq!(
+        visitor.post("user-token", json!({ "token": "u-7" })).await,
+        (200, json!({ "result": "ok", "token": "u-7" }))
+    );
+
+    // No chat yet: contact details change the client.
+    visitor.ok("contacts", json!({ "name": "Uma" })).await;
+    let updated = site
+        .webhook("client_updated", |w| w["visitor"]["name"] == "Uma")
+        .await;
+    assert_eq!(updated["user_token"], "u-7", "{updated}");
+    assert_eq!(updated["widget_id"], WIDGET_ID, "{updated}");
+
+    visitor
+        .ok("attributes", json!({ "attributes": { "plan": "pro" } }))
+        .await;
+    let attributes = site
+        .webhook("client_attribute_updated", |w| {
+            w["attributes"]["plan"] == "pro"
+        })
+        .await;
+    assert_eq!(attributes["user_token"], "u-7", "{attributes}");
+
+    // The offline form, sent with the visitor's token as the widget sends
+    // it: the visitor's own client, with what their page reported.
+    let form = json!({ "name": "Uma Visitor", "email": "uma@example.com",
+                       "message": "Please call me about size 44" });
+    let answer = request(
+        &site.hub.http,
+        Method::POST,
+        &site.api("offline-messages"),
+        Some(&visitor.token),
+        Some("https://shop.example.com"),
+        Some(&form),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let offline = site
+        .webhook("offline_message", |w| {
+            w["message"] == "Please call me about size 44"
+        })
+        .await;
+    assert_eq!(offline["user_token"], "u-7", "{offline}");
+    assert_eq!(
+        offline["visitor"]["number"],
+        visitor.number.to_string(),
+        "{offline}"
+    );
+    assert_eq!(offline["visitor"]["name"], "Uma Visitor", "{offline}");
+    assert_eq!(offline["visitor"]["email"], "uma@example.com", "{offline}");
+    assert_eq!(offline["page"]["url"], PAGE, "{offline}");
+    assert_eq!(offline["page"]["title"], "Winter boots", "{offline}");
+    assert_eq!(offline["session"]["ip_addr"], "127.0.0.1", "{offline}");
+    let (_, listed) = site.ann.get("/agent/v1/chats?state=all").await;
+    let chat = listed["chats"][0]["id"].as_i64().expect("the offline chat");
+    let view = site.ann.chat(chat).await;
+    assert_eq!(view["client"]["external_id"], visitor.id, "{view}");
+
+    // A chat: accepted (with a CRM link to offer), linked, updated.
+    let link = "https://crm.example.com/clients/7";
+    site.receiver.set_default(Reply::json(
+        200,
+        &json!({ "result": "ok", "enable_assign": true, "crm_link": link }).to_string(),
+    ));
+    visitor.say("Is my order shipped?").await;
+    let chat = site.chat_of(&visitor).await;
+    site.act(chat, "accept").await;
+    let accepted = site
+        .webhook("chat_accepted", |w| w["chat_id"] == chat)
+        .await;
+    assert_eq!(accepted["user_token"], "u-7", "{accepted}");
+    eventually(WAIT, "the CRM link offered to Ann", || {
+        let ann = site.ann.clone();
+        async move {
+            let view = ann.chat(chat).await;
+            (view["integration"]["crm_link"] == link).then_some(())
+        }
+    })
+    .await;
+    site.act(chat, "crm-link").await;
+    let assigned = site
+        .webhook("chat_assigned", |w| w["chat_id"] == chat)
+        .await;
+    assert_eq!(assigned["user_token"], "u-7", "{assigned}");
+    assert_eq!(assigned["assign_to"], link, "{assigned}");
+    visitor
+        .ok("contacts", json!({ "phone": "+4712345678" }))
+        .await;
+    let chat_updated = site
+        .webhook("chat_updated", |w| {
+            w["chat_id"] == chat && w["visitor"]["phone"] == "+4712345678"
+        })
+        .await;
+    assert_eq!(chat_updated["user_token"], "u-7", "{chat_updated}");
+
+    // An offline form without a token (or with one the hub does not know)
+    // is taken all the same, from nobody in particular.
+    let anonymous = json!({ "email": "zed@example.com", "message": "Anyone there?" });
+    for token in [None, Some("v1.forged.0000")] {
+        let answer = request(
+            &site.hub.http,
+            Method::POST,
+            &site.api("offline-messages"),
+            token,
+            None,
+            Some(&anonymous),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let strangers: Vec<Value> = eventually(WAIT, "both anonymous offline messages", || {
+        let found: Vec<Value> = site
+            .webhooks("offline_message")
+            .into_iter()
+            .filter(|w| w["message"] == "Anyone there?")
+            .collect();
+        async move { (found.len() == 2).then_some(found) }
+    })
+    .await;
+    for w in strangers {
+        assert!(w["user_token"].is_null(), "{w}");
+        assert_ne!(w["visitor"]["number"], visitor.number.to_string(), "{w}");
+    }
     site.hub.shutdown().await;
 }
 

@@ -19,8 +19,10 @@
  *   localStorage `hub_widget_token:<widget_id>`, so history survives reloads.
  *   POST B/session (on load; retried with backoff), B/messages, B/typing,
  *   B/contacts, B/custom-data, B/user-token, B/page, B/attributes,
- *   B/offline-messages, B/calls, B/clear; GET B/callback; GET B/stream
- *   (events: message, typing, chat, mode, call).
+ *   B/offline-messages, B/calls, B/clear; GET B/callback, B/messages; GET
+ *   B/stream?after=<newest message id the page has> (events: message, with the
+ *   message id as the SSE id, typing, chat, mode, call; a resumed stream
+ *   first sends the messages after `after` or Last-Event-ID, then chat, mode).
  * - Every widget_api method returns at once ({result:"ok"}, {result:"fail",
  *   reason|error}, or the value asked for); network work runs in the background.
  *   Only getVisitorNumber and isCallbackEnabled answer through their callback.
@@ -251,8 +253,14 @@
   function whenOnline() {
     return S.conn === 'ok' ? Promise.resolve() : new Promise(function (r) { onlineWaiters.push(r); });
   }
+  // A call waits for the user token the page set before it, so the hub knows
+  // the token when it handles the call: the webhooks it causes carry it.
+  var tokenSent = Promise.resolve();
   function post(path, body) {
-    return whenOnline().then(function () { return req('POST', path, body); });
+    var token = tokenSent;
+    return whenOnline()
+      .then(function () { return token; })
+      .then(function () { return req('POST', path, body); });
   }
   function setConn(c) {
     S.conn = c;
@@ -290,7 +298,7 @@
         sessionTries = 0;
         applySession(res.data);
         setConn('ok');
-        openStream();
+        openStream(true);
       } else if (sentToken && res.status === 401) {
         // The stored token is dead; a new visitor is better than no chat at all.
         setToken(null);
@@ -332,6 +340,12 @@
   }
 
   // ---------------------------------------------------------------- stream
+  // Message events carry the message's id. The stream opens after the newest
+  // message the page has (`after`), and the browser's own reconnects send the
+  // last id they saw (`Last-Event-ID`): either way the hub first sends what
+  // the page missed, in order. On top of that the page asks for its messages
+  // again after every reconnect, so a proxy that drops the header or a hub
+  // that lost track cannot make it miss a reply.
   var es = null;
   var streamTries = 0;
   var streamTimer = 0;
@@ -340,20 +354,36 @@
     clearTimeout(streamTimer);
     if (es) { es.close(); es = null; }
   }
-  function openStream() {
+  function lastMsgId() {
+    var last = 0;
+    S.msgs.forEach(function (m) {
+      var n = Number(m.id);
+      if (!m.local && m.id != null && isFinite(n) && n > last) last = n;
+    });
+    return last;
+  }
+  // `fresh`: the page has just read its history with the session.
+  function openStream(fresh) {
     closeStream();
     if (!S.token || S.destroyed || typeof EventSource !== 'function') return;
-    var src = new EventSource(API + '/stream?token=' + encodeURIComponent(S.token));
+    var src = new EventSource(API + '/stream?token=' + encodeURIComponent(S.token) + '&after=' + lastMsgId());
+    var missed = !fresh;
     es = src;
-    src.onopen = function () { streamTries = 0; };
+    src.onopen = function () {
+      streamTries = 0;
+      if (missed) resync(src);
+      missed = false;
+    };
     src.onerror = function () {
+      if (es !== src) return;
+      missed = true;
       // While CONNECTING the browser retries by itself; CLOSED means it gave up
       // (HTTP error, bad token), so a fresh session re-checks the token and
       // fetches what was missed before the stream is opened again.
-      if (es !== src || src.readyState !== 2) return;
+      if (src.readyState !== 2) return;
       es = null;
       src.close();
-      streamTimer = setTimeout(startSession, backoff(streamTries++));
+      streamTimer = setTimeout(startSession, Math.min(backoff(streamTries++), 15000));
     };
     listen(src, 'message', onStreamMessage);
     listen(src, 'typing', onStreamTyping);
@@ -365,6 +395,21 @@
     });
     listen(src, 'call', onStreamCall);
   }
+  // Messages newer than the newest the page has, asked for after a reconnect.
+  function resync(src) {
+    req('GET', '/messages').then(function (res) {
+      if (es !== src || !res.ok || !res.data || !Array.isArray(res.data.messages)) return;
+      var last = lastMsgId();
+      res.data.messages.map(normMsg)
+        .filter(function (m) { return m && Number(m.id) > last; })
+        .sort(function (a, b) { return Number(a.id) - Number(b.id); })
+        .forEach(onStreamMessage);
+    });
+  }
+  // Back on a network: reconnect now rather than at the browser's next retry.
+  window.addEventListener('online', function () {
+    if (es && es.readyState !== 1 && !S.destroyed) openStream(false);
+  });
   function listen(src, name, fn) {
     src.addEventListener(name, function (e) {
       if (es !== src) return;
@@ -1289,7 +1334,7 @@ textarea:focus,input:focus{border-color:var(--ct);box-shadow:0 0 0 2px rgba(128,
     setUserToken: function (token) {
       if (typeof token !== 'string' || !token.trim()) return { result: 'fail', token: false };
       if (S.conn === 'down') return { result: 'fail', token: token, reason: 'the hub cannot be reached' };
-      post('/user-token', { token: token });
+      tokenSent = post('/user-token', { token: token });
       return { result: 'ok', token: token };
     },
     showProactiveInvitation: function (text) {

@@ -128,6 +128,31 @@ test('the page\'s user token and contact details reach the site\'s webhooks', { 
   assert.equal(updated.user_token, 'user-42-hard-to-guess');
 });
 
+test('the user token the page sets reaches the webhooks of the calls right after it: offline message, contact details', { timeout: TEST_TIMEOUT }, async (t) => {
+  const page = await arrive(t, quiet);
+  // All in one go, as a page does on load: nothing waits for the hub.
+  const answers = await page.evaluate(() => [
+    window.widget_api.setUserToken('user-7-hard-to-guess'),
+    window.widget_api.sendOfflineMessage({ name: 'Uma', email: 'uma@example.com', message: 'Do you ship beans abroad?' }),
+    window.widget_api.setContactInfo({ phone: '+49 30 7654321' }),
+  ]);
+  assert.deepEqual(answers, [{ result: 'ok', token: 'user-7-hard-to-guess' }, { result: 'ok' }, { result: 'ok' }]);
+  const offline = await waitFor(
+    () => site.hooks.find((h) => h.event_name === 'offline_message' && h.message === 'Do you ship beans abroad?'),
+    { what: 'the offline_message webhook' },
+  );
+  assert.equal(offline.user_token, 'user-7-hard-to-guess');
+  assert.equal(offline.visitor.email, 'uma@example.com');
+  assert.equal(offline.page.url, site.url(quiet), 'the page the visitor is on');
+  const number = await page.evaluate(() => new Promise((ok) => window.widget_api.getVisitorNumber((e, n) => ok(n))));
+  assert.equal(offline.visitor.number, String(number), 'the visitor of this page');
+  const updated = await waitFor(
+    () => site.hooks.find((h) => h.event_name === 'client_updated' && h.visitor?.phone === '+49 30 7654321'),
+    { what: 'client_updated with the phone number' },
+  );
+  assert.equal(updated.user_token, 'user-7-hard-to-guess');
+});
+
 test('with calls on, the visitor asks for a callback, the agent calls back, and the page follows the call', { timeout: TEST_TIMEOUT }, async (t) => {
   const page = await arrive(t, calling);
   const enabled = await page.evaluate(() => new Promise((resolve) => window.widget_api.isCallbackEnabled(resolve)));

@@ -58,6 +58,48 @@ export async function waitFor(fn, { timeout = TIMEOUT, interval = 100, what = 'c
 // ------------------------------------------------------------------- hub
 
 /**
+ * Runs `hub serve --config <config>` and waits until `/healthz` answers at
+ * `base`. Answers the process; throws with the hub's log if it does not come up.
+ */
+async function launch(dir, config, base) {
+  const env = { ...process.env, RUST_LOG: process.env.RUST_LOG || 'warn' };
+  // The file alone configures the hub: a developer's own HUB_* settings stay out.
+  for (const k of ['HUB_LISTEN', 'HUB_PUBLIC_URL', 'HUB_DATABASE_URL', 'HUB_ADMIN_TOKEN']) delete env[k];
+  const child = spawn(HUB_BIN, ['--config', config, 'serve'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const log = [];
+  const keep = (chunk) => {
+    log.push(chunk.toString());
+    if (log.length > 2000) log.splice(0, 1000);
+  };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  const proc = { child, log, exited: null };
+  proc.gone = new Promise((ok) => child.once('exit', (code, signal) => { proc.exited = { code, signal }; ok(); }));
+  try {
+    await waitFor(async () => {
+      if (proc.exited) throw new Error(`the hub exited (${JSON.stringify(proc.exited)})`);
+      const r = await fetch(`${base}/healthz`);
+      return r.ok;
+    }, { timeout: 60_000, interval: 100, what: 'the hub to answer /healthz' });
+  } catch (e) {
+    if (!proc.exited) child.kill('SIGKILL');
+    await proc.gone;
+    e.hubLog = log.join('');
+    throw e;
+  }
+  return proc;
+}
+
+/** Stops a hub process: SIGTERM, then SIGKILL if it takes longer than 10 s. */
+async function terminate(proc) {
+  if (proc.exited) return;
+  proc.child.kill('SIGTERM');
+  const t = setTimeout(() => proc.child.kill('SIGKILL'), 10_000);
+  await proc.gone;
+  clearTimeout(t);
+}
+
+/**
  * Starts `hub serve` on a free port with a fresh database and no plugins,
  * and waits until `/healthz` answers.
  */
@@ -86,38 +128,20 @@ export async function startHub() {
         '',
       ].join('\n'),
     );
-    const env = { ...process.env, RUST_LOG: process.env.RUST_LOG || 'warn' };
-    // The file alone configures the hub: a developer's own HUB_* settings stay out.
-    for (const k of ['HUB_LISTEN', 'HUB_PUBLIC_URL', 'HUB_DATABASE_URL', 'HUB_ADMIN_TOKEN']) delete env[k];
-    const child = spawn(HUB_BIN, ['--config', config, 'serve'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const log = [];
-    const keep = (chunk) => {
-      log.push(chunk.toString());
-      if (log.length > 2000) log.splice(0, 1000);
-    };
-    child.stdout.on('data', keep);
-    child.stderr.on('data', keep);
-    let exited = null;
-    const gone = new Promise((ok) => child.once('exit', (code, signal) => { exited = { code, signal }; ok(); }));
     const base = `http://127.0.0.1:${port}`;
+    let proc;
     try {
-      await waitFor(async () => {
-        if (exited) throw new Error(`the hub exited (${JSON.stringify(exited)})`);
-        const r = await fetch(`${base}/healthz`);
-        return r.ok;
-      }, { timeout: 60_000, interval: 100, what: 'the hub to answer /healthz' });
+      proc = await launch(dir, config, base);
     } catch (e) {
-      if (!exited) child.kill('SIGKILL');
-      await gone;
-      if (attempt < 3 && /address|in use/i.test(log.join(''))) continue;
+      if (attempt < 3 && /address|in use/i.test(e.hubLog || '')) continue;
       rmSync(dir, { recursive: true, force: true });
-      throw new Error(`${e.message}\n--- hub log ---\n${log.join('').slice(-4000)}`);
+      throw new Error(`${e.message}\n--- hub log ---\n${(e.hubLog || '').slice(-4000)}`);
     }
     const hub = {
       base,
       port,
       dir,
-      log: () => log.join(''),
+      log: () => proc.log.join(''),
       async admin(method, path, body) {
         const r = await fetch(`${base}/admin/v1${path}`, {
           method,
@@ -137,18 +161,85 @@ export async function startHub() {
       async widget(fields) {
         return hub.admin('POST', '/channels', { type: 'widget', ...fields });
       },
-      async stop() {
-        if (!exited) {
-          child.kill('SIGTERM');
-          const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
-          await gone;
-          clearTimeout(t);
+      /** How many visitors' event streams the hub has open (`/metrics`). */
+      async widgetStreams() {
+        const r = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+        const m = /^hub_live_streams\{kind="widget"\} (\d+)$/m.exec(await r.text());
+        if (!m) throw new Error('no hub_live_streams{kind="widget"} in /metrics');
+        return Number(m[1]);
+      },
+      /**
+       * Stops the hub (SIGTERM) and starts it again at the same address on
+       * the same database; `meanwhile` runs while it is down.
+       */
+      async restart(meanwhile) {
+        await terminate(proc);
+        if (meanwhile) await meanwhile();
+        for (let attempt = 1; ; attempt++) {
+          try {
+            proc = await launch(dir, config, base);
+            return;
+          } catch (e) {
+            // The old socket may linger a moment.
+            if (attempt < 20 && /address|in use/i.test(e.hubLog || '')) {
+              await sleep(250);
+              continue;
+            }
+            throw new Error(`${e.message}\n--- hub log ---\n${(e.hubLog || '').slice(-4000)}`);
+          }
         }
+      },
+      async stop() {
+        await terminate(proc);
         if (!process.env.KEEP_HUB_DIR) rmSync(dir, { recursive: true, force: true });
       },
     };
     return hub;
   }
+}
+
+/**
+ * A TCP relay to `port` on loopback, standing for the visitor's network:
+ * `cut()` drops every connection through it and refuses new ones until
+ * `restore()`.
+ */
+export async function startRelay(port) {
+  const sockets = new Set();
+  let cut = false;
+  const srv = net.createServer((client) => {
+    if (cut) {
+      client.destroy();
+      return;
+    }
+    const upstream = net.connect(port, '127.0.0.1');
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => {});
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise((ok) => srv.listen(0, '127.0.0.1', ok));
+  return {
+    port: srv.address().port,
+    /** How many connections are open through the relay. */
+    open: () => sockets.size,
+    cut() {
+      cut = true;
+      for (const s of sockets) s.destroy();
+    },
+    restore() {
+      cut = false;
+    },
+    stop: () => new Promise((ok) => {
+      cut = true;
+      for (const s of sockets) s.destroy();
+      srv.close(() => ok());
+    }),
+  };
 }
 
 /** The agent API as one agent. Every call answers `{status, body}`. */

@@ -814,23 +814,38 @@ impl Sse {
 
     /// The next event (name, data), or `None` if none comes within `timeout`.
     pub async fn next(&mut self, timeout: Duration) -> Option<(String, Value)> {
+        self.next_with_id(timeout)
+            .await
+            .map(|(name, data, _)| (name, data))
+    }
+
+    /// The next event (name, data, its SSE `id` if it has one), or `None` if
+    /// none comes within `timeout`.
+    pub async fn next_with_id(
+        &mut self,
+        timeout: Duration,
+    ) -> Option<(String, Value, Option<String>)> {
         let deadline = Instant::now() + timeout;
         loop {
             while let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
                 let mut name = None;
+                let mut id = None;
                 let mut data = String::new();
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("event: ") {
                         name = Some(v.to_owned());
                     } else if let Some(v) = line.strip_prefix("data: ") {
                         data.push_str(v);
+                    } else if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
                     }
                 }
                 if let Some(name) = name {
                     return Some((
                         name,
                         serde_json::from_str(&data).expect("event data is JSON"),
+                        id,
                     ));
                 }
             }
@@ -955,6 +970,14 @@ impl Sse {
     /// widget's `…/stream?token=`, as a browser's `EventSource` opens it.
     pub async fn open(url: &str) -> Sse {
         Sse::of(reqwest::Client::new().get(url), url).await
+    }
+
+    /// As [`Sse::open`], as a browser reconnects: with `Last-Event-ID`.
+    pub async fn resume(url: &str, last_event_id: &str) -> Sse {
+        let request = reqwest::Client::new()
+            .get(url)
+            .header("last-event-id", last_event_id);
+        Sse::of(request, url).await
     }
 }
 

@@ -29,10 +29,12 @@ pub enum Inbound<'a> {
         channel: &'a Channel,
         message: CustomerMessage,
     },
-    /// The widget's offline form.
+    /// The widget's offline form; `visitor` when the page sent its visitor
+    /// token (the form then goes under the visitor's client).
     OfflineMessage {
         channel: &'a Channel,
         form: OfflineMessageInput,
+        visitor: Option<&'a Client>,
     },
     /// An agent's reply or typing notice.
     AgentMessage {
@@ -110,8 +112,12 @@ impl Conversations {
                 .customer_message(channel, message)
                 .await
                 .map(Handled::Customer),
-            Inbound::OfflineMessage { channel, form } => self
-                .offline_message(channel, form)
+            Inbound::OfflineMessage {
+                channel,
+                form,
+                visitor,
+            } => self
+                .offline_message(channel, form, visitor)
                 .await
                 .map(Handled::Offline),
             Inbound::AgentMessage {

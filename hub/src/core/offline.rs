@@ -13,11 +13,12 @@ use crate::core::webhooks::{self, payload};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, record_effects};
 use crate::store::chats::{
-    NewMessage, insert_chat, insert_message, set_chat_state, set_client_description, upsert_client,
+    ContactUpdate, NewMessage, insert_chat, insert_message, set_chat_state, set_client_contact,
+    set_client_description, upsert_client,
 };
 use crate::store::events::insert_event;
 use crate::store::offline::{self as offline_messages, NewOfflineMessage};
-use crate::store::{Author, Channel, ChatState};
+use crate::store::{Author, Channel, ChatState, Client};
 
 /// What became of an offline message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +33,13 @@ pub enum OfflineOutcome {
 impl Conversations {
     /// Records an offline message and queues `offline_message`. The form
     /// crosses the plugins first as `widget.offline_message`, like every event.
+    /// A widget visitor's form goes under their client, so the webhook
+    /// carries what their page reported (user token, session, page).
     pub(super) async fn offline_message(
         &self,
         channel: &Channel,
         form: OfflineMessageInput,
+        visitor: Option<&Client>,
     ) -> Result<OfflineOutcome, CoreError> {
         form.validate().map_err(CoreError::Invalid)?;
         let payload = serde_json::to_value(OfflineMessageEvent::from(&form))
@@ -43,7 +47,7 @@ impl Conversations {
         let event =
             Event::new(EventKind::OFFLINE_MESSAGE, Direction::In, payload).on_channel(channel.id);
         let span = event.span();
-        self.route_offline(channel, form, event)
+        self.route_offline(channel, form, visitor, event)
             .instrument(span)
             .await
     }
@@ -52,6 +56,7 @@ impl Conversations {
         &self,
         channel: &Channel,
         form: OfflineMessageInput,
+        visitor: Option<&Client>,
         event: Event,
     ) -> Result<OfflineOutcome, CoreError> {
         // A plugin's reply is ignored: nobody is there to read it.
@@ -66,7 +71,7 @@ impl Conversations {
         } else {
             form
         };
-        self.store_offline(channel, form, &routed)
+        self.store_offline(channel, form, visitor, &routed)
             .await
             .map(|id| OfflineOutcome::Stored { id })
     }
@@ -75,32 +80,46 @@ impl Conversations {
         &self,
         channel: &Channel,
         form: OfflineMessageInput,
+        visitor: Option<&Client>,
         routed: &Routed,
     ) -> Result<i64, CoreError> {
-        let contact = form
-            .email
-            .as_deref()
-            .or(form.phone.as_deref())
-            .unwrap_or_default()
-            .trim()
-            .to_lowercase();
-        // The same address leaves its messages under one client.
-        let sender = CustomerSender {
-            id: ExternalId::Str(format!("offline:{contact}")),
-            name: form.name.clone().filter(|n| !n.trim().is_empty()),
-            phone: form.phone.clone().filter(|p| !p.trim().is_empty()),
-            email: form.email.clone().filter(|e| !e.trim().is_empty()),
-            photo: None,
-            url: None,
-            invite: None,
-        };
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
-        let client = upsert_client(&mut w.tx, channel.id, &sender, now).await?;
+        let client_id = match visitor.filter(|v| v.channel_id == channel.id) {
+            Some(visitor) => {
+                // What the visitor typed in is their contact details now,
+                // as with the contacts form.
+                let contact = ContactUpdate {
+                    name: given(&form.name),
+                    phone: given(&form.phone),
+                    email: given(&form.email),
+                };
+                set_client_contact(&mut w.tx, visitor.id, contact, now).await?;
+                visitor.id
+            }
+            None => {
+                let contact = given(&form.email)
+                    .or(given(&form.phone))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_lowercase();
+                // The same address leaves its messages under one client.
+                let sender = CustomerSender {
+                    id: ExternalId::Str(format!("offline:{contact}")),
+                    name: given(&form.name).map(str::to_owned),
+                    phone: given(&form.phone).map(str::to_owned),
+                    email: given(&form.email).map(str::to_owned),
+                    photo: None,
+                    url: None,
+                    invite: None,
+                };
+                upsert_client(&mut w.tx, channel.id, &sender, now).await?.id
+            }
+        };
         if let Some(description) = form.description.as_deref().filter(|d| !d.trim().is_empty()) {
-            set_client_description(&mut w.tx, client.id, description).await?;
+            set_client_description(&mut w.tx, client_id, description).await?;
         }
-        let chat = insert_chat(&mut w.tx, channel.id, client.id, now).await?;
+        let chat = insert_chat(&mut w.tx, channel.id, client_id, now).await?;
         let body = serde_json::to_value(Message::Text(Text {
             text: form.message.clone(),
             id: None,
@@ -123,7 +142,7 @@ impl Conversations {
         set_chat_state(&mut w.tx, chat.id, ChatState::Closed, None, now).await?;
         let kept = NewOfflineMessage {
             channel_id: channel.id,
-            client_id: client.id,
+            client_id,
             name: form.name.as_deref(),
             email: form.email.as_deref(),
             phone: form.phone.as_deref(),
@@ -137,7 +156,7 @@ impl Conversations {
         insert_event(&mut w.tx, &event).await?;
         record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now).await?;
         if let Some((channel_id, event)) =
-            payload::offline_message(&mut w.tx, client.id, chat.id, id, form.message).await?
+            payload::offline_message(&mut w.tx, client_id, chat.id, id, form.message).await?
         {
             webhooks::queue_event(&mut w.tx, channel_id, Some(chat.id), event, now).await?;
         }
@@ -145,4 +164,9 @@ impl Conversations {
         self.kick.kick();
         Ok(id)
     }
+}
+
+/// A form field that says something.
+fn given(field: &Option<String>) -> Option<&str> {
+    field.as_deref().filter(|v| !v.trim().is_empty())
 }

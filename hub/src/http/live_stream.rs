@@ -38,6 +38,13 @@ pub trait Frames: Send + 'static {
         None
     }
 
+    /// What to send first, once the stream listens to the broadcast: what a
+    /// resumed stream missed. Whatever is published meanwhile waits in the
+    /// stream's queue and comes after.
+    fn start(&mut self) -> impl Future<Output = Vec<Bytes>> + Send + '_ {
+        async { Vec::new() }
+    }
+
     /// The bytes to send for `update`, or nothing.
     fn frame(&mut self, update: Update) -> impl Future<Output = Option<Bytes>> + Send + '_;
 }
@@ -59,6 +66,11 @@ pub fn open(app: &App, mut frames: impl Frames) -> Resp {
             .is_err()
         {
             return;
+        }
+        for frame in frames.start().await {
+            if tx.send(frame).await.is_err() {
+                return;
+            }
         }
         loop {
             let update = tokio::select! {
@@ -89,6 +101,12 @@ pub fn open(app: &App, mut frames: impl Frames) -> Resp {
 /// `event: <name>` with `data` as one SSE frame.
 pub fn frame(name: &str, data: &serde_json::Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// As [`frame`], with the SSE `id` a client sends back as `Last-Event-ID`
+/// when it reconnects.
+pub fn frame_with_id(id: i64, name: &str, data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
 }
 
 /// `resp` counted in `hub_live_streams` under `edge` for as long as its body

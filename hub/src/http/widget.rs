@@ -205,7 +205,7 @@ async fn route(app: &App, req: Request<Incoming>, channel: &Channel, endpoint: &
                 Err(resp) => return resp,
             };
             match (m, *name) {
-                (Method::GET, "stream") => stream(app, channel, visitor).await,
+                (Method::GET, "stream") => stream(app, &req, channel, visitor).await,
                 (Method::GET, "messages") => history(app, &visitor).await,
                 (Method::POST, "messages") => send(app, req, channel, &visitor).await,
                 (Method::POST, "typing") => typing(app, req, channel, &visitor).await,
@@ -279,13 +279,9 @@ fn with_cors(mut resp: Resp, origin: Option<&str>) -> Resp {
 /// The visitor a request's token names: `Authorization: Bearer`, or
 /// `?token=` where a browser cannot set headers (`EventSource`).
 async fn visitor(app: &App, req: &Request<Incoming>, channel: &Channel) -> Result<Client, Resp> {
-    let token = bearer(req).map(str::to_owned).or_else(|| {
-        req.uri().query().and_then(|q| {
-            q.split('&')
-                .find_map(|p| p.strip_prefix("token="))
-                .map(percent_decode)
-        })
-    });
+    let token = bearer(req)
+        .map(str::to_owned)
+        .or_else(|| query_param(req, "token"));
     let unauthorized = || fail(StatusCode::UNAUTHORIZED, "no valid visitor token");
     let Some(key) = token.and_then(|t| app.visitor_keys.verify(&channel.public_id, &t)) else {
         return Err(unauthorized());
@@ -298,6 +294,14 @@ async fn visitor(app: &App, req: &Request<Incoming>, channel: &Channel) -> Resul
             Err(Problem::unavailable().answer(Dialect::Widget))
         }
     }
+}
+
+/// The query parameter `name`, decoded.
+fn query_param(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.uri().query()?.split('&').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        (k == name).then(|| percent_decode(v))
+    })
 }
 
 fn percent_decode(s: &str) -> String {
@@ -771,31 +775,66 @@ fn core_fail(e: CoreError) -> Resp {
 /// The visitor's live stream: their chats' messages (their own too, so every
 /// open page of the site shows them), agent typing, the chat accepted or
 /// closed, and the channel going on- or offline.
-async fn stream(app: &App, channel: &Channel, visitor: Client) -> Resp {
-    let chats: HashSet<i64> = match app.store.visitor_chats(visitor.id).await {
-        Ok(c) => c.into_iter().map(|(id, _, _)| id).collect(),
+///
+/// Messages carry their id as the SSE `id`. A stream opened with a resume
+/// point (`Last-Event-ID`, which the browser sends when it reconnects by
+/// itself, or `?after=`, which the script sends: `EventSource` takes no
+/// headers) first sends the messages after it, in order, then the chat's
+/// state and the channel's mode: what a page missed while it was not
+/// connected, also across a restart of the hub, since ids are the
+/// database's.
+async fn stream(app: &App, req: &Request<Incoming>, channel: &Channel, visitor: Client) -> Resp {
+    let mut chats = match app.store.visitor_chats(visitor.id).await {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot open a visitor stream");
             return Problem::unavailable().answer(Dialect::Widget);
         }
     };
+    let latest = chats.last().cloned();
     let online = app
         .store
         .channel_has_online_agent(channel.id)
         .await
         .unwrap_or(false);
+    let history_from = app
+        .store
+        .visitor_extras(visitor.id)
+        .await
+        .map(|e| e.history_from.unwrap_or(0))
+        .unwrap_or(0);
     live_stream::open(
         app,
         VisitorFrames {
             store: app.store.clone(),
             channel_id: channel.id,
             visitor_id: visitor.id,
-            chats,
+            chats: chats.drain(..).map(|(id, _, _)| id).collect(),
             names: HashMap::new(),
             online,
+            resume: resume_point(req),
+            latest,
+            sent: None,
+            history_from,
         },
     )
 }
+
+/// The id of the last message the page has, if it says: `Last-Event-ID`,
+/// else `?after=`.
+fn resume_point(req: &Request<Incoming>) -> Option<i64> {
+    let header = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    header
+        .or_else(|| query_param(req, "after").and_then(|v| v.trim().parse().ok()))
+        .filter(|id| *id >= 0)
+}
+
+/// Missed messages read per query while catching a stream up.
+const CATCH_UP_PAGE: i64 = 200;
 
 /// A visitor's stream: the events of their own chats, and the channel's mode.
 struct VisitorFrames {
@@ -806,6 +845,15 @@ struct VisitorFrames {
     /// Agent names by id, read once per stream.
     names: HashMap<i64, String>,
     online: bool,
+    /// The id of the last message the page had when it (re)connected.
+    resume: Option<i64>,
+    /// The visitor's latest chat when the stream opened: id, state, agent.
+    latest: Option<(i64, String, Option<i64>)>,
+    /// The id of the last message sent (or had by the page); `None` until
+    /// known.
+    sent: Option<i64>,
+    /// Messages before this time were cleared from the visitor's window.
+    history_from: i64,
 }
 
 impl VisitorFrames {
@@ -817,6 +865,81 @@ impl VisitorFrames {
         self.online = now;
         Some(mode_frame(now))
     }
+
+    /// The visitor's messages after the last one sent, in order. Read from
+    /// the database rather than taken from the broadcast: a message
+    /// published out of order, missed while the stream lagged, or written
+    /// while the page was away comes all the same, and none twice.
+    async fn missed(&mut self) -> Result<Vec<Bytes>, crate::store::StoreError> {
+        let Some(mut after) = self.sent else {
+            return Ok(Vec::new());
+        };
+        let mut frames = Vec::new();
+        loop {
+            let page = self
+                .store
+                .visitor_messages_after(self.visitor_id, after, self.history_from, CATCH_UP_PAGE)
+                .await?;
+            for m in &page {
+                learn_agent(&self.store, &mut self.names, m.agent_id).await;
+                frames.push(message_frame(m, &self.names));
+                after = m.id;
+            }
+            self.sent = Some(after);
+            if i64::try_from(page.len()).unwrap_or(i64::MAX) < CATCH_UP_PAGE {
+                return Ok(frames);
+            }
+        }
+    }
+
+    /// What a page that was away needs besides messages: its chat's state
+    /// and the channel's mode (both are states, so sending them again is
+    /// harmless).
+    async fn states(&mut self) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        if let Some((_, state, agent)) = self.latest.clone()
+            && let Some(frame) = chat_frame(&self.store, &mut self.names, &state, agent).await
+        {
+            frames.push(frame);
+        }
+        frames.push(mode_frame(self.online));
+        frames
+    }
+
+    /// A message of the visitor's chats was published: what the page has
+    /// not had yet, up to it.
+    async fn message(&mut self, data: &Value) -> Option<Bytes> {
+        let m: MessageRow = serde_json::from_value(data.get("message")?.clone()).ok()?;
+        if self.sent.is_some_and(|sent| m.id <= sent) {
+            return None;
+        }
+        if self.sent.is_some() {
+            match self.missed().await {
+                Ok(frames) => return joined(frames),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a visitor's messages; sending the one published")
+                }
+            }
+        }
+        self.sent = Some(m.id);
+        learn_agent(&self.store, &mut self.names, m.agent_id).await;
+        Some(message_frame(&m, &self.names))
+    }
+
+    /// After the stream fell behind the broadcast: the visitor's chats and
+    /// what they missed, read again.
+    async fn catch_up(&mut self) -> Option<Bytes> {
+        if let Ok(chats) = self.store.visitor_chats(self.visitor_id).await {
+            self.chats = chats.iter().map(|(id, _, _)| *id).collect();
+            self.latest = chats.last().cloned();
+        }
+        let mut frames = self.missed().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read a visitor's missed messages");
+            Vec::new()
+        });
+        frames.extend(self.states().await);
+        joined(frames)
+    }
 }
 
 impl live_stream::Frames for VisitorFrames {
@@ -824,6 +947,25 @@ impl live_stream::Frames for VisitorFrames {
         // Agents of this hub going on- or offline arrive as events at once;
         // another hub on the same database is only seen by looking now and then.
         Some(Duration::from_secs(15))
+    }
+
+    async fn start(&mut self) -> Vec<Bytes> {
+        let Some(after) = self.resume else {
+            // No resume point: from the visitor's latest message on.
+            self.sent = self
+                .store
+                .visitor_last_message_id(self.visitor_id)
+                .await
+                .ok();
+            return Vec::new();
+        };
+        self.sent = Some(after);
+        let mut frames = self.missed().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read a visitor's missed messages");
+            Vec::new()
+        });
+        frames.extend(self.states().await);
+        frames
     }
 
     async fn frame(&mut self, update: live_stream::Update) -> Option<Bytes> {
@@ -842,11 +984,12 @@ impl live_stream::Frames for VisitorFrames {
                 if !self.chats.contains(&ev.chat_id) {
                     return None;
                 }
+                if ev.kind == "chat.message" {
+                    return self.message(&ev.data).await;
+                }
                 visitor_frame(&self.store, &mut self.names, ev.kind, &ev.data).await
             }
-            live_stream::Update::Lagged(_) => {
-                Some(Bytes::from_static(b"event: lagged\ndata: {}\n\n"))
-            }
+            live_stream::Update::Lagged(_) => self.catch_up().await,
             live_stream::Update::Tick => {
                 let now = self
                     .store
@@ -859,16 +1002,49 @@ impl live_stream::Frames for VisitorFrames {
     }
 }
 
+/// Frames sent as one write; nothing if there are none.
+fn joined(frames: Vec<Bytes>) -> Option<Bytes> {
+    match frames.len() {
+        0 => None,
+        1 => frames.into_iter().next(),
+        _ => Some(Bytes::from(frames.concat())),
+    }
+}
+
+/// The page's `message` event, with the message's id as the event's id.
+fn message_frame(m: &MessageRow, names: &HashMap<i64, String>) -> Bytes {
+    live_stream::frame_with_id(m.id, "message", &message_view(m, names))
+}
+
 /// The page's `mode` event: whether an agent is there.
 fn mode_frame(online: bool) -> Bytes {
     let m = if online { "online" } else { "offline" };
-    Bytes::from(format!(
-        "event: mode\ndata: {}\n\n",
-        json!({ "chat_mode": m })
-    ))
+    live_stream::frame("mode", &json!({ "chat_mode": m }))
 }
 
-/// What a live event of the visitor's chat tells their page, if anything.
+/// The page's `chat` event for a chat accepted (by `agent`) or closed.
+async fn chat_frame(
+    store: &crate::store::Store,
+    names: &mut HashMap<i64, String>,
+    state: &str,
+    agent: Option<i64>,
+) -> Option<Bytes> {
+    let payload = match state {
+        "accepted" => {
+            learn_agent(store, names, agent).await;
+            let agent = agent
+                .and_then(|id| names.get(&id))
+                .map(|name| json!({ "name": name }));
+            json!({ "state": "accepted", "agent": agent })
+        }
+        "closed" => json!({ "state": "closed", "agent": null }),
+        _ => return None,
+    };
+    Some(live_stream::frame("chat", &payload))
+}
+
+/// What a live event of the visitor's chat (other than a message) tells
+/// their page, if anything.
 async fn visitor_frame(
     store: &crate::store::Store,
     names: &mut HashMap<i64, String>,
@@ -876,24 +1052,14 @@ async fn visitor_frame(
     data: &Value,
 ) -> Option<Bytes> {
     let (event, payload) = match kind {
-        "chat.message" => {
-            let m: MessageRow = serde_json::from_value(data.get("message")?.clone()).ok()?;
-            learn_agent(store, names, m.agent_id).await;
-            ("message", message_view(&m, names))
-        }
         "chat.typing" if data["by"] == "agent" => (
             "typing",
             json!({ "typing": data["typing"], "name": data["name"] }),
         ),
         "chat.accepted" => {
-            let id = data["agent_id"].as_i64();
-            learn_agent(store, names, id).await;
-            let agent = id
-                .and_then(|id| names.get(&id))
-                .map(|name| json!({ "name": name }));
-            ("chat", json!({ "state": "accepted", "agent": agent }))
+            return chat_frame(store, names, "accepted", data["agent_id"].as_i64()).await;
         }
-        "chat.closed" => ("chat", json!({ "state": "closed", "agent": null })),
+        "chat.closed" => return chat_frame(store, names, "closed", None).await,
         "chat.call" => {
             let call = data.get("call")?;
             let status = call["status"].as_str().unwrap_or("start");
@@ -905,7 +1071,7 @@ async fn visitor_frame(
         }
         _ => return None,
     };
-    Some(Bytes::from(format!("event: {event}\ndata: {payload}\n\n")))
+    Some(live_stream::frame(event, &payload))
 }
 
 /// Remembers agent `id`'s name, read once per stream.
@@ -926,6 +1092,13 @@ async fn offline_message(app: &App, req: Request<Incoming>, channel: &Channel) -
     // The method's own dialect: `{result: fail, error}`.
     let refuse =
         |status, error: String| Problem::new(status, "fail", error).answer(Dialect::Widget);
+    // The widget sends its visitor token; the form is taken without one (or
+    // with one the hub no longer knows) as well, from anyone.
+    let visitor = if channel.is_widget() {
+        visitor(app, &req, channel).await.ok()
+    } else {
+        None
+    };
     let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
         Err(e) => return Problem::body(&e).answer(Dialect::Widget),
@@ -936,7 +1109,11 @@ async fn offline_message(app: &App, req: Request<Incoming>, channel: &Channel) -
     };
     let done = app
         .conversations
-        .handle(Inbound::OfflineMessage { channel, form })
+        .handle(Inbound::OfflineMessage {
+            channel,
+            form,
+            visitor: visitor.as_ref(),
+        })
         .await;
     match done {
         Ok(Handled::Offline(OfflineOutcome::Stored { id })) => json(

@@ -196,7 +196,7 @@ pub(super) const MESSAGE_COLUMNS: &str = "id, uid, chat_id, author, agent_id, bo
 // `*_COLUMNS` lists: a join can then read several entities from one row.
 
 /// A `*_COLUMNS` list with each column taken from table `alias`.
-fn qualified(alias: &str, columns: &str) -> String {
+pub(super) fn qualified(alias: &str, columns: &str) -> String {
     columns
         .split(',')
         .map(|c| format!("{alias}.{}", c.trim()))

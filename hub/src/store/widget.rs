@@ -3,7 +3,7 @@
 
 use sqlx::{AnyConnection, Row};
 
-use super::chats::{CLIENT_COLUMNS, MESSAGE_COLUMNS, client_from_row, message_from_row};
+use super::chats::{CLIENT_COLUMNS, MESSAGE_COLUMNS, client_from_row, message_from_row, qualified};
 use super::{Client, Ctx, MessageRow, Store, StoreError};
 
 /// What the page reports of the visitor's session.
@@ -208,11 +208,7 @@ impl Store {
         from: i64,
         limit: i64,
     ) -> Result<Vec<MessageRow>, StoreError> {
-        let columns = MESSAGE_COLUMNS
-            .split(',')
-            .map(|c| format!("m.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let columns = qualified("m", MESSAGE_COLUMNS);
         let rows = sqlx::query(&format!(
             "SELECT * FROM (SELECT {columns} FROM messages m JOIN chats c ON c.id = m.chat_id \
              WHERE c.client_id = $1 AND m.created_at >= $2 ORDER BY m.id DESC LIMIT $3) \
@@ -225,6 +221,46 @@ impl Store {
         .await
         .ctx("reading a visitor's history")?;
         rows.iter().map(message_from_row).collect()
+    }
+
+    /// The visitor's messages after message `after` (by id) since `from`,
+    /// oldest first, at most `limit`: what a visitor's stream missed. Message
+    /// ids follow commit order (every write takes the one write turn), so a
+    /// message committed later never has a smaller id than one read here.
+    pub async fn visitor_messages_after(
+        &self,
+        client_id: i64,
+        after: i64,
+        from: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>, StoreError> {
+        let columns = qualified("m", MESSAGE_COLUMNS);
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM messages m JOIN chats c ON c.id = m.chat_id \
+             WHERE c.client_id = $1 AND m.id > $2 AND m.created_at >= $3 ORDER BY m.id LIMIT $4"
+        ))
+        .bind(client_id)
+        .bind(after)
+        .bind(from)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .ctx("reading a visitor's missed messages")?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    /// The id of the visitor's latest message (0 without any): where a
+    /// stream opened without a resume point starts.
+    pub async fn visitor_last_message_id(&self, client_id: i64) -> Result<i64, StoreError> {
+        let (id,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MAX(m.id) FROM messages m JOIN chats c ON c.id = m.chat_id \
+             WHERE c.client_id = $1",
+        )
+        .bind(client_id)
+        .fetch_one(self.pool())
+        .await
+        .ctx("reading a visitor's latest message")?;
+        Ok(id.unwrap_or(0))
     }
 
     /// The ids of the visitor's chats, and the latest one with its state.

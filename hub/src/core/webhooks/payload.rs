@@ -408,7 +408,7 @@ pub async fn offline_message(
         session: k.session.clone(),
         page: Page {
             url: k.url.unwrap_or_default(),
-            title: None,
+            title: k.page_title,
         },
         analytics: None,
         chat_id: NumericId(chat_id),
