@@ -3,15 +3,18 @@
 //! retries and dead letters (API and CLI), Standard Webhooks signatures, and
 //! plugins on `webhook.*` kinds.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::{
     ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, TestAgent, TestChannel, TestHub,
-    eventually, plugin_toml, route_toml,
+    eventually, plugin_toml, route_toml, serve,
 };
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt, Full};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -1378,9 +1381,10 @@ async fn desk_with_policies(policies: &str) -> Desk {
     Desk::start_toml(&format!("[webhooks]\n{policies}\n")).await
 }
 
-/// Customer `id` opens a chat; the agent starts a call whose `call_event` the
-/// receiver refuses once with 500, then closes the chat.
-async fn fail_a_call_event_then_close(d: &Desk, id: i64) {
+/// Customer `id` opens a chat; the agent starts a call whose first
+/// `call_event` the receiver refuses once with 500, then ends the call (a
+/// second `call_event` of the same call). Returns the chat.
+async fn fail_a_call_event_then_end_the_call(d: &Desk, id: i64) -> i64 {
     let chat = d
         .customer_says(json!({ "id": id, "phone": "+15550111" }), "call me")
         .await;
@@ -1393,8 +1397,18 @@ async fn fail_a_call_event_then_close(d: &Desk, id: i64) {
         )
         .await;
     assert_eq!(status, 201, "{started}");
+    let call = started["id"].as_i64().expect("call id");
     d.wait_for("call_event", 1).await;
-    d.close(chat).await;
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/calls/{call}"),
+            Some(json!({ "status": "end" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    chat
 }
 
 /// The `sequence` of a webhook body.
@@ -1405,8 +1419,21 @@ fn sequence_of(r: &Recorded) -> i64 {
         .unwrap_or_else(|| panic!("no sequence in {body}"))
 }
 
+/// The call statuses the receiver got, attempts included, in arrival order.
+fn call_statuses(d: &Desk) -> Vec<String> {
+    d.got("call_event")
+        .iter()
+        .map(|r| {
+            r.json()["call"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn one_failing_event_holds_the_chats_later_webhooks_only_for_the_order_hold() {
+async fn one_failing_event_holds_the_later_events_of_its_order_only_for_the_order_hold() {
     // The failed call_event is retried 4 s later; the order hold is 300 ms.
     let d = desk_with_policies(
         "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
@@ -1414,28 +1441,28 @@ async fn one_failing_event_holds_the_chats_later_webhooks_only_for_the_order_hol
          order_hold_ms = 300\n",
     )
     .await;
-    fail_a_call_event_then_close(&d, 21).await;
-    let finished = d.wait_for("chat_finished", 1).await.remove(0);
-    let calls = d.got("call_event");
+    fail_a_call_event_then_end_the_call(&d, 21).await;
+    let calls = d.wait_for("call_event", 2).await;
     assert_eq!(
-        calls.len(),
-        1,
-        "chat_finished went out while the failed call_event waits for its retry"
+        call_statuses(&d),
+        ["start", "end"],
+        "the call's end went out after the hold, while its failed start waits for its retry"
     );
+    let ended = calls[1].clone();
     // The failed event goes on retrying on its own and arrives.
     let calls = eventually(Duration::from_secs(8), "the call_event retry", || {
         let got = d.got("call_event");
-        async move { (got.len() >= 2).then_some(got) }
+        async move { (got.len() >= 3).then_some(got) }
     })
     .await;
     assert_eq!(
-        calls[1].header("x-hub-delivery"),
+        calls[2].header("x-hub-delivery"),
         calls[0].header("x-hub-delivery")
     );
     // Receivers can put them back in order.
-    assert!(sequence_of(&calls[1]) < sequence_of(&finished));
+    assert!(sequence_of(&calls[2]) < sequence_of(&ended));
     assert_eq!(
-        sequence_of(&calls[1]),
+        sequence_of(&calls[2]),
         sequence_of(&calls[0]),
         "a retry keeps its number"
     );
@@ -1443,7 +1470,7 @@ async fn one_failing_event_holds_the_chats_later_webhooks_only_for_the_order_hol
 }
 
 #[tokio::test]
-async fn a_failing_event_still_holds_the_chats_next_event_within_the_order_hold() {
+async fn a_failing_event_still_holds_the_next_event_of_its_order_within_the_order_hold() {
     // Hold longer than the retry: order is kept exactly.
     let d = desk_with_policies(
         "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
@@ -1451,21 +1478,173 @@ async fn a_failing_event_still_holds_the_chats_next_event_within_the_order_hold(
          order_hold_ms = 10000\n",
     )
     .await;
-    fail_a_call_event_then_close(&d, 22).await;
-    d.wait_for("chat_finished", 1).await;
-    let names: Vec<String> = d
-        .receiver
-        .requests()
-        .iter()
-        .map(|r| {
-            r.json()["event_name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .filter(|n| n == "call_event" || n == "chat_finished")
-        .collect();
-    assert_eq!(names, ["call_event", "call_event", "chat_finished"]);
+    fail_a_call_event_then_end_the_call(&d, 22).await;
+    d.wait_for("call_event", 3).await;
+    assert_eq!(call_statuses(&d), ["start", "start", "end"]);
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_call_event_does_not_hold_the_chats_conversation_back() {
+    // Receivers written before calls refuse call_event; with the default
+    // two-minute hold and a retry a minute away, chat_finished must not wait.
+    let d = desk_with_policies(
+        "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
+         attempts = 3\ntimeout_ms = 500\nretry_interval_ms = 60000\nbackoff = 1.0\n",
+    )
+    .await;
+    let chat = fail_a_call_event_then_end_the_call(&d, 24).await;
+    d.close(chat).await;
+    let finished = d.wait_for("chat_finished", 1).await.remove(0);
+    assert_eq!(finished.json()["chat_id"], json!(chat));
+    assert_eq!(
+        call_statuses(&d),
+        ["start"],
+        "the call's own order still waits behind its failed start"
+    );
+    d.stop().await;
+}
+
+/// A webhook receiver that answers 500 to one event kind and ok to every
+/// other, like a receiver library written before that kind existed; it
+/// keeps the event names it got, attempts included.
+#[derive(Clone, Default)]
+struct Refuser {
+    got: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Refuser {
+    async fn start(refused: &'static str) -> (Refuser, String) {
+        let refuser = Refuser::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the receiver");
+        let url = format!("http://{}/hooks", listener.local_addr().expect("addr"));
+        let this = refuser.clone();
+        serve(listener, move |req| {
+            let this = this.clone();
+            async move {
+                let body = req.into_body().collect().await.expect("body").to_bytes();
+                let event: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let status = if event["event_name"] == refused {
+                    500
+                } else {
+                    200
+                };
+                this.got.lock().expect("got").push(event);
+                let mut resp = http::Response::new(Full::new(Bytes::from(
+                    json!({ "result": if status == 200 { "ok" } else { "unknown event" } })
+                        .to_string(),
+                )));
+                *resp.status_mut() = http::StatusCode::from_u16(status).expect("status");
+                resp
+            }
+        });
+        (refuser, url)
+    }
+
+    fn got(&self, name: &str) -> Vec<Value> {
+        self.got
+            .lock()
+            .expect("got")
+            .iter()
+            .filter(|e| e["event_name"] == name)
+            .cloned()
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_client_snapshot_kind_the_receiver_refuses_does_not_stall_the_other_kind() {
+    // The default two-minute hold; the refused kind retries a minute later.
+    let d = desk_with_policies(
+        "sync_attempts = 2\nsync_timeout_ms = 500\nsync_retry_interval_ms = 100\n\
+         attempts = 3\ntimeout_ms = 500\nretry_interval_ms = 60000\nbackoff = 1.0\n",
+    )
+    .await;
+    let (refuser, url) = Refuser::start("client_attribute_updated").await;
+    let path = format!("/admin/v1/channels/{}/webhook", d.web.raw["id"]);
+    let (status, v) = d.admin_put(&path, json!({ "url": url })).await;
+    assert_eq!(status, 200, "{v}");
+    let chat = d
+        .customer_says(json!({ "id": 25, "name": "Hal" }), "hi")
+        .await;
+    let client = d.client_of(chat).await;
+    let attributes = format!("/agent/v1/chats/{chat}/attributes");
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &attributes,
+            Some(json!({ "attributes": { "plan": "pro" } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    eventually(WAIT, "the refused client_attribute_updated", || {
+        let got = refuser.got("client_attribute_updated");
+        async move { (!got.is_empty()).then_some(()) }
+    })
+    .await;
+    // Later snapshots of both kinds: the other kind's go out at once, the
+    // refused kind's wait behind its failed one.
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &attributes,
+            Some(json!({ "attributes": { "plan": "team" } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/crm/clients/{client}/assigned_agent"),
+            Some(json!({ "agent_id": d.ann.id })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, lead) = d
+        .ann
+        .post(
+            "/agent/v1/crm/statuses",
+            json!({"title": "Lead", "color": "#FFCC00"}),
+        )
+        .await;
+    let lead = lead["status_id"].as_i64().expect("status id");
+    let (status, v) = d
+        .ann
+        .send(
+            Method::PUT,
+            &format!("/agent/v1/crm/clients/{client}/status"),
+            Some(json!({ "status_id": lead })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let updates = eventually(Duration::from_secs(10), "the newest client_updated", || {
+        let got = refuser.got("client_updated");
+        async move {
+            got.last()
+                .is_some_and(|u| u["status"]["id"] == json!(lead))
+                .then_some(got)
+        }
+    })
+    .await;
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["assigned_agent"]["id"] == json!(d.ann.id)
+                && u["status"]["id"] != json!(lead)),
+        "the snapshot after the agent was assigned came first: {updates:#?}"
+    );
+    let refused = refuser.got("client_attribute_updated");
+    assert_eq!(
+        refused.len(),
+        1,
+        "the refused kind keeps its own order: its next snapshot waits: {refused:?}"
+    );
+    assert_eq!(refused[0]["attributes"], json!({ "plan": "pro" }));
     d.stop().await;
 }
 

@@ -250,9 +250,8 @@ impl NewDelivery {
     }
 
     /// An event webhook (`kind` = `webhook.<event_name>`): staged (its plugins
-    /// run when it is first claimed), in order per chat, or per client when
-    /// it is about a client outside a chat. `sync` for the replies an agent
-    /// waits for.
+    /// run when it is first claimed), in the order [`webhook_order_key`]
+    /// gives it. `sync` for the replies an agent waits for.
     #[allow(clippy::too_many_arguments)]
     pub fn event_webhook(
         event_id: uuid::Uuid,
@@ -264,11 +263,7 @@ impl NewDelivery {
         client_id: Option<i64>,
         secret: Option<String>,
     ) -> NewDelivery {
-        let order_key = match (chat_id, client_id) {
-            (Some(chat), _) => Some(format!("webhook:chat:{chat}")),
-            (None, Some(client)) => Some(format!("webhook:client:{client}")),
-            (None, None) => None,
-        };
+        let order_key = webhook_order_key(kind, chat_id, client_id);
         NewDelivery {
             id: uuid::Uuid::now_v7(),
             event_id,
@@ -313,6 +308,27 @@ impl NewDelivery {
             staged: true,
             secret,
         }
+    }
+}
+
+/// The order an event webhook keeps among the others. A chat's conversation
+/// (`chat_accepted`, `chat_updated`, `chat_assigned`, `chat_finished`,
+/// `offline_message`) is one order: a receiver opens its record on
+/// `chat_accepted`, links it on `chat_assigned` and closes it on
+/// `chat_finished`. A chat's `call_event`s are another: a call's statuses
+/// follow each other, but receivers written before calls refuse them, and
+/// that must not hold the chat's `chat_finished` back. A client's snapshots
+/// are ordered per event name: `sequence` compares snapshots of one kind
+/// (`client_updated` and `client_attribute_updated` carry different data,
+/// neither supersedes the other), so a receiver refusing one kind must not
+/// stall the other.
+fn webhook_order_key(kind: &str, chat_id: Option<i64>, client_id: Option<i64>) -> Option<String> {
+    let name = kind.strip_prefix(EVENT_WEBHOOK_PREFIX).unwrap_or(kind);
+    match (chat_id, client_id) {
+        (Some(chat), _) if name == "call_event" => Some(format!("webhook:chat:{chat}:{name}")),
+        (Some(chat), _) => Some(format!("webhook:chat:{chat}")),
+        (None, Some(client)) => Some(format!("webhook:client:{client}:{name}")),
+        (None, None) => None,
     }
 }
 

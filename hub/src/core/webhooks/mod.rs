@@ -96,7 +96,8 @@ pub async fn queue(
     );
     insert_event(conn, &event).await?;
     // A chat's webhooks reach the receiver in the order they happened; so do
-    // a client's snapshots and CRM webhooks. The order holds for a bounded
+    // a client's snapshots of each kind and CRM webhooks (which rows share an
+    // order: `NewDelivery::event_webhook`). The order holds for a bounded
     // time (`[webhooks] order_hold_ms`), so one failing event cannot stall the rest.
     let url = to.url.clone().unwrap_or_default();
     let body = event.payload.to_string();
