@@ -41,6 +41,19 @@ impl Setup {
         }
     }
 
+    /// What `/readyz` says (`status`, `unavailable_plugins`).
+    async fn ready(&self) -> Value {
+        self.hub
+            .http
+            .get(self.hub.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz")
+            .json()
+            .await
+            .expect("json")
+    }
+
     /// Texts of the customer's chat as Ann sees them, with their authors.
     async fn chat_texts(&self) -> Vec<(String, String)> {
         let Some(chat) = self
@@ -764,16 +777,7 @@ async fn a_plugin_that_is_not_required_may_fail_to_load_and_the_hub_runs_degrade
         503,
         "reject: refused, the integrator retries"
     );
-    let ready: Value = s
-        .hub
-        .http
-        .get(s.hub.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready = s.ready().await;
     assert_eq!(ready["status"], "degraded", "{ready}");
     let broken = ready["unavailable_plugins"]
         .as_array()
@@ -931,6 +935,46 @@ async fn a_plugin_granted_what_it_needs_or_needing_nothing_starts_as_before() {
 }
 
 #[tokio::test]
+async fn a_needs_for_that_hangs_or_names_no_destination_is_contained_like_a_bad_config() {
+    // Asked at load, like validate-config: within the plugin's timeout, and
+    // its answer held to what a hub.toml could grant. Neither is required
+    // here, so the hub starts without them and says why.
+    let wiring = plugin_toml("hangs", "fault", "timeout_ms = 300", "needs = \"loop\"")
+        + &plugin_toml(
+            "liar",
+            "fault",
+            "",
+            "needs = { destinations = [\"crm\\nERROR forged line\"] }",
+        )
+        + &route_toml(customer_route(), "\"hangs\", \"liar\"", "skip");
+    let s = Setup::start(wiring).await;
+    let ready = s.ready().await;
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    let error_of = |name: &str| {
+        ready["unavailable_plugins"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == name))
+            .and_then(|p| p["error"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let hangs = error_of("hangs");
+    assert!(
+        hangs.contains("needs-for") && hangs.contains("300 ms"),
+        "{hangs}"
+    );
+    let liar = error_of("liar");
+    assert!(
+        liar.contains("is not a destination name") && !liar.contains('\n'),
+        "{liar}"
+    );
+    s.hub.say(&s.web, json!(1), "hello").await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["hello"]);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn reload_refuses_a_plugin_not_granted_what_it_needs_and_keeps_the_old_wiring() {
     let wiring = plugin_toml("redact", "redact", "", "")
         + &route_toml(customer_route(), "\"redact\"", "skip");
@@ -997,16 +1041,7 @@ async fn a_plugin_config_is_checked_when_the_plugin_loads() {
             + &route_toml(customer_route(), "\"redact\"", "skip"),
     )
     .await;
-    let ready: Value = s
-        .hub
-        .http
-        .get(s.hub.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready = s.ready().await;
     assert_eq!(ready["status"], "degraded", "{ready}");
     assert!(ready.to_string().contains("cards"), "{ready}");
     s.hub

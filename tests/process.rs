@@ -516,6 +516,31 @@ async fn hub_check_refuses_a_plugin_not_granted_what_it_needs_naming_the_grant_a
     assert!(err.contains(&expected), "{expected}\nis not in\n{err}");
     assert!(!err.contains("redact"), "redact needs nothing: {err}");
 
+    // `hub plugin test` runs the plugin anyway, and tells the author.
+    let event = config.with_file_name("event.json");
+    std::fs::write(
+        &event,
+        json!({ "kind": "channel.customer_message",
+                "payload": { "sender": { "id": 1 },
+                             "message": { "type": "text", "text": "hello" } } })
+        .to_string(),
+    )
+    .expect("write event");
+    let event = event.to_str().expect("utf-8 path");
+    let o = hub_cli(
+        &config,
+        &["plugin", "test", "faq-bot", "--event", event],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let notes = stderr_of(&o);
+    for needle in [
+        "note: the plugin needs key-value storage, which this run does not grant",
+        "note: `hub check` refuses hub.toml: plugins[1].kv: plugin `faq-bot` needs key-value storage",
+    ] {
+        assert!(notes.contains(needle), "`{needle}` missing from:\n{notes}");
+    }
+
     std::fs::write(&config, text.replace("kv = false", "kv = true")).expect("write config");
     let o = hub_cli(&config, &["check"], &[]);
     assert!(o.status.success(), "{}", stderr_of(&o));

@@ -587,6 +587,8 @@ impl Plugin {
             deadline,
             Arc::new(AtomicBool::new(false)),
         );
+        // Which export ran out of time or trapped, for the message.
+        let asking_needs = AtomicBool::new(false);
         let run = async {
             let instance = self
                 .pre
@@ -611,6 +613,7 @@ impl Plugin {
                     destinations: Vec::new(),
                 }));
             }
+            asking_needs.store(true, Ordering::Relaxed);
             let needs_for = instance
                 .get_typed_func::<(String,), (Result<Needs, String>,)>(&mut store, "needs-for")
                 .map_err(|e| {
@@ -625,18 +628,27 @@ impl Plugin {
             Ok(needs.map_err(|e| format!("needs-for: {e}")))
         };
         let result = tokio::time::timeout(self.limits.timeout, run).await;
+        let export = if asking_needs.load(Ordering::Relaxed) {
+            "needs-for"
+        } else {
+            "validate-config"
+        };
         match result {
             Err(_) => Err(self.error(
                 ErrorKind::Timeout,
                 format!(
-                    "validate-config or needs-for: no answer within {} ms",
+                    "{export}: no answer within {} ms",
                     self.limits.timeout.as_millis()
                 ),
             )),
             Ok(Err(Failure::Instantiate(e))) => {
                 Err(self.error(ErrorKind::Instantiate, format!("{e:#}")))
             }
-            Ok(Err(Failure::Call(e))) => Err(self.classify(store.data(), &e)),
+            Ok(Err(Failure::Call(e))) => {
+                let mut e = self.classify(store.data(), &e);
+                e.message = format!("{export}: {}", e.message);
+                Err(e)
+            }
             Ok(Ok(Err(message))) => Err(self.error(ErrorKind::Failed, message)),
             Ok(Ok(Ok(needs))) => self.check_needs(needs),
         }
