@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the example plugins and the test suite's fault plugin as wasm32-wasip2
+# Builds the example plugins and the test suite's plugins as wasm32-wasip2
 # components into target/plugins/wasm32-wasip2/release/*.wasm.
 # Extra arguments go to both cargo builds.
 set -euo pipefail

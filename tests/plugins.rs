@@ -41,6 +41,19 @@ impl Setup {
         }
     }
 
+    /// What `/readyz` says (`status`, `unavailable_plugins`).
+    async fn ready(&self) -> Value {
+        self.hub
+            .http
+            .get(self.hub.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz")
+            .json()
+            .await
+            .expect("json")
+    }
+
     /// Texts of the customer's chat as Ann sees them, with their authors.
     async fn chat_texts(&self) -> Vec<(String, String)> {
         let Some(chat) = self
@@ -764,16 +777,7 @@ async fn a_plugin_that_is_not_required_may_fail_to_load_and_the_hub_runs_degrade
         503,
         "reject: refused, the integrator retries"
     );
-    let ready: Value = s
-        .hub
-        .http
-        .get(s.hub.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready = s.ready().await;
     assert_eq!(ready["status"], "degraded", "{ready}");
     let broken = ready["unavailable_plugins"]
         .as_array()
@@ -839,6 +843,186 @@ async fn start_error(dir: &std::path::Path, wiring: String) -> String {
     }
 }
 
+/// The line of `config` holding the `[[plugins]]` header of the entry named `name`.
+fn entry_line(config: &std::path::Path, name: &str) -> usize {
+    let text = std::fs::read_to_string(config).expect("config");
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == format!("name = \"{name}\""))
+        .expect("the entry is in the file");
+    let header = lines[..at]
+        .iter()
+        .rposition(|l| *l == "[[plugins]]")
+        .expect("a header above it");
+    header + 1
+}
+
+#[tokio::test]
+async fn a_plugin_not_granted_what_it_needs_stops_the_start_naming_the_grant_and_the_line() {
+    // faq-bot keeps each chat's state in KV: without it the bot never greets
+    // and never hands a chat over. On a `skip` route it is not required, and
+    // yet the hub does not start degraded: the wiring is wrong, not the plugin.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &plugin_toml("faq-bot", "faq_bot", "", "")
+        + &route_toml(customer_route(), "\"redact\", \"faq-bot\"", "skip");
+    let error = start_error(dir.path(), wiring).await;
+    let config = dir.path().join("hub.toml");
+    let line = entry_line(&config, "faq-bot");
+    let expected = format!(
+        "{}: plugins[1].kv: plugin `faq-bot` needs key-value storage, which its entry does not \
+         grant: set `kv = true` (line {line})",
+        config.display()
+    );
+    assert!(error.contains(&expected), "{expected}\nis not in\n{error}");
+    assert!(!error.contains("redact"), "redact needs nothing: {error}");
+
+    // A destination named in its config: the line of `destinations` when written.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wiring = "[[destinations]]\nname = \"crm\"\nurl = \"http://127.0.0.1:9/\"\n\n".to_owned()
+        + &plugin_toml(
+            "crm-forward",
+            "crm_forward",
+            "destinations = []",
+            "destination = \"crm\"",
+        )
+        + &plugin_toml("audit", "crm_forward", "", "destination = \"audit\"")
+        + &route_toml(customer_route(), "\"crm-forward\", \"audit\"", "skip");
+    let error = start_error(dir.path(), wiring).await;
+    let config = dir.path().join("hub.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let granted_at = text
+        .lines()
+        .position(|l| l == "destinations = []")
+        .expect("the grant line")
+        + 1;
+    for expected in [
+        format!(
+            "plugins[0].destinations: plugin `crm-forward` needs destination `crm`, which its \
+             entry does not grant: add \"crm\" to `destinations` (line {granted_at})"
+        ),
+        format!(
+            "plugins[1].destinations: plugin `audit` needs destination `audit`, which its entry \
+             does not grant: add \"audit\" to `destinations` and declare a [[destinations]] \
+             table named `audit` (line {})",
+            entry_line(&config, "audit")
+        ),
+    ] {
+        assert!(error.contains(&expected), "{expected}\nis not in\n{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_granted_what_it_needs_or_needing_nothing_starts_as_before() {
+    // faq-bot with its grant; redact and a component built without the SDK
+    // (no `needs-for` at all) need nothing and get nothing.
+    let s = Setup::start(
+        plugin_toml("faq-bot", "faq_bot", "kv = true", "")
+            + &plugin_toml("redact", "redact", "", "")
+            + &plugin_toml("bare", "bare", "", "")
+            + &route_toml(
+                customer_route(),
+                "\"bare\", \"redact\", \"faq-bot\"",
+                "skip",
+            ),
+    )
+    .await;
+    s.hub.say(&s.web, json!(1), "bob@example.com").await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["[email]"]);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_needs_for_that_hangs_or_names_no_destination_is_contained_like_a_bad_config() {
+    // Asked at load, like validate-config: within the plugin's timeout, and
+    // its answer held to what a hub.toml could grant. Neither is required
+    // here, so the hub starts without them and says why.
+    let wiring = plugin_toml("hangs", "fault", "timeout_ms = 300", "needs = \"loop\"")
+        + &plugin_toml(
+            "liar",
+            "fault",
+            "",
+            "needs = { destinations = [\"crm\\nERROR forged line\"] }",
+        )
+        + &route_toml(customer_route(), "\"hangs\", \"liar\"", "skip");
+    let s = Setup::start(wiring).await;
+    let ready = s.ready().await;
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    let error_of = |name: &str| {
+        ready["unavailable_plugins"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == name))
+            .and_then(|p| p["error"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let hangs = error_of("hangs");
+    assert!(
+        hangs.contains("needs-for") && hangs.contains("300 ms"),
+        "{hangs}"
+    );
+    let liar = error_of("liar");
+    assert!(
+        liar.contains("is not a destination name") && !liar.contains('\n'),
+        "{liar}"
+    );
+    s.hub.say(&s.web, json!(1), "hello").await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["hello"]);
+    s.hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn reload_refuses_a_plugin_not_granted_what_it_needs_and_keeps_the_old_wiring() {
+    let wiring = plugin_toml("redact", "redact", "", "")
+        + &route_toml(customer_route(), "\"redact\"", "skip");
+    let s = Setup::start(wiring.clone()).await;
+    let config = s.hub.dir.path().join("hub.toml");
+    let original = std::fs::read_to_string(&config).expect("config");
+    // redact out, spam-guard in: its rate limit (on by default) needs KV.
+    let without_kv = original.replace(&wiring, "")
+        + &plugin_toml("spam-guard", "spam_guard", "", "patterns = [\"casino\"]")
+        + &route_toml(customer_route(), "\"spam-guard\"", "skip");
+    std::fs::write(&config, &without_kv).expect("write config");
+    let err = s
+        .hub
+        .running()
+        .reload()
+        .await
+        .expect_err("reload must refuse the wiring");
+    let expected = format!(
+        "plugins[0].kv: plugin `spam-guard` needs key-value storage, which its entry does not \
+         grant: set `kv = true` (line {})",
+        entry_line(&config, "spam-guard")
+    );
+    assert!(
+        err.to_string().contains(&expected),
+        "{expected}\nis not in\n{err}"
+    );
+    // The old wiring is in force: redact masks, spam-guard drops nothing.
+    s.hub.say(&s.web, json!(1), "casino bob@example.com").await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["casino [email]"]);
+
+    // Granted, the same wiring goes in.
+    std::fs::write(
+        &config,
+        without_kv.replace("timeout_ms = 5000\n", "timeout_ms = 5000\nkv = true\n"),
+    )
+    .expect("write config");
+    s.hub.running().reload().await.expect("reload");
+    s.hub.say(&s.web, json!(1), "casino bob@example.com").await;
+    let texts: Vec<String> = s.chat_texts().await.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        texts,
+        ["casino [email]"],
+        "spam-guard dropped the second one"
+    );
+    s.hub.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_plugin_config_is_checked_when_the_plugin_loads() {
     // Required (a `reject` route uses it): the hub does not start, and says why.
@@ -857,16 +1041,7 @@ async fn a_plugin_config_is_checked_when_the_plugin_loads() {
             + &route_toml(customer_route(), "\"redact\"", "skip"),
     )
     .await;
-    let ready: Value = s
-        .hub
-        .http
-        .get(s.hub.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready = s.ready().await;
     assert_eq!(ready["status"], "degraded", "{ready}");
     assert!(ready.to_string().contains("cards"), "{ready}");
     s.hub
@@ -956,7 +1131,7 @@ async fn routes_filter_by_channel_and_chain_plugins_in_order() {
             "guard",
             "spam_guard",
             "",
-            "patterns = [\"[email]\"]\nmax_messages = 100",
+            "patterns = [\"[email]\"]\nmax_messages = 0",
         )
         + "[[routes]]\nevents = [\"channel.*\"]\nchannels = [\"web\"]\nplugins = [\"redact\", \"guard\"]\n\n";
     let s = Setup::start(wiring).await;

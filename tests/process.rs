@@ -490,6 +490,64 @@ async fn hub_check_loads_every_plugin_and_names_the_broken_ones() {
 }
 
 #[tokio::test]
+async fn hub_check_refuses_a_plugin_not_granted_what_it_needs_naming_the_grant_and_the_line() {
+    // faq-bot without `kv = true` would answer, but never greet and never
+    // hand a chat over; redact needs nothing.
+    let opts = HubOptions {
+        extra_toml: crate::support::plugin_toml("redact", "redact", "", "")
+            + &crate::support::plugin_toml("faq-bot", "faq_bot", "kv = false", ""),
+        ..HubOptions::default()
+    };
+    let (_dir, config) = setup(&opts);
+    let o = hub_cli(&config, &["check"], &[]);
+    assert!(!o.status.success(), "hub check passed faq-bot without kv");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let kv_line = text
+        .lines()
+        .position(|l| l == "kv = false")
+        .expect("the kv line")
+        + 1;
+    let err = stderr_of(&o);
+    let expected = format!(
+        "{}: plugins[1].kv: plugin `faq-bot` needs key-value storage, which its entry does not \
+         grant: set `kv = true` (line {kv_line})",
+        config.display()
+    );
+    assert!(err.contains(&expected), "{expected}\nis not in\n{err}");
+    assert!(!err.contains("redact"), "redact needs nothing: {err}");
+
+    // `hub plugin test` runs the plugin anyway, and tells the author.
+    let event = config.with_file_name("event.json");
+    std::fs::write(
+        &event,
+        json!({ "kind": "channel.customer_message",
+                "payload": { "sender": { "id": 1 },
+                             "message": { "type": "text", "text": "hello" } } })
+        .to_string(),
+    )
+    .expect("write event");
+    let event = event.to_str().expect("utf-8 path");
+    let o = hub_cli(
+        &config,
+        &["plugin", "test", "faq-bot", "--event", event],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let notes = stderr_of(&o);
+    for needle in [
+        "note: the plugin needs key-value storage, which this run does not grant",
+        "note: `hub check` refuses hub.toml: plugins[1].kv: plugin `faq-bot` needs key-value storage",
+    ] {
+        assert!(notes.contains(needle), "`{needle}` missing from:\n{notes}");
+    }
+
+    std::fs::write(&config, text.replace("kv = false", "kv = true")).expect("write config");
+    let o = hub_cli(&config, &["check"], &[]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok (2 plugins)"));
+}
+
+#[tokio::test]
 async fn hub_plugin_test_runs_one_plugin_on_a_recorded_event() {
     let (dir, config) = setup(&redact_options());
     let event = dir.path().join("event.json");

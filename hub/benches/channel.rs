@@ -571,9 +571,10 @@ fn config_text(storage: &str, listen: &str, setup: Setup, plugins: &Path) -> Str
         text += &format!("durability = \"{}\"\n", setup.durability);
     }
     text += &format!("[admin]\ntoken = \"{ADMIN}\"\n");
+    // `kv`: what faq-bot and spam-guard need with their default config.
     for name in setup.idle_plugins {
         text += &format!(
-            "[[plugins]]\nname = \"idle-{name}\"\npath = \"{}\"\n",
+            "[[plugins]]\nname = \"idle-{name}\"\npath = \"{}\"\nkv = true\n",
             plugins.join(format!("{name}.wasm")).display()
         );
     }

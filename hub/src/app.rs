@@ -77,8 +77,20 @@ struct Loader {
 
 impl Loader {
     /// Compiles on a blocking thread: compiling is CPU work that must not
-    /// stall request handling.
+    /// stall request handling. Problems come as `hub check` prints them:
+    /// each after the file it is about, when there is one.
     async fn load(&self, config: Config) -> Result<Wiring, Vec<String>> {
+        let file = config.source.clone();
+        self.load_from(config).await.map_err(|problems| match file {
+            Some(file) => problems
+                .into_iter()
+                .map(|p| format!("{}: {p}", file.display()))
+                .collect(),
+            None => problems,
+        })
+    }
+
+    async fn load_from(&self, config: Config) -> Result<Wiring, Vec<String>> {
         let this = self.clone();
         let config_for_checks = config.clone();
         let joined = tokio::task::spawn_blocking(move || {

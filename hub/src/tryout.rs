@@ -15,7 +15,9 @@ use crate::event::{Direction, Event, EventKind};
 use crate::outbound::HttpSender;
 use crate::pipeline::wiring::Wiring;
 use crate::runtime::destinations::Destinations;
-use crate::runtime::{Action, ErrorKind, Plugin, PluginError, PluginEvent, Runtime, Services};
+use crate::runtime::{
+    Action, ErrorKind, Needs, Plugin, PluginError, PluginEvent, Runtime, Services,
+};
 use crate::store::{Durability, Store};
 use stand_in::{Answer, StandIns, Target};
 
@@ -318,10 +320,11 @@ async fn run_on(
         let loaded = Arc::new(loaded);
         // As the hub does when it loads the plugin, before any event.
         if ungranted.is_empty() {
-            loaded
+            let needs = loaded
                 .validate_config()
                 .await
                 .map_err(|e| TryoutError::Plugin(format!("the config is refused: {e}")))?;
+            note_needs(config, &plugin, &needs, &targets, notes);
         }
         let before = loaded.counters().snapshot().micros;
         let result = loaded.call(input, &check).await;
@@ -389,6 +392,38 @@ async fn run_on(
     out["kv_writes"] = json!(outcome.kv_writes);
     out["micros"] = json!(micros);
     Ok(out)
+}
+
+/// What the plugin says it needs that this run or its entry in `hub.toml`
+/// does not grant: the run goes on (its kv calls or sends fail), and the
+/// author learns what `hub check` would refuse.
+fn note_needs(
+    config: &Config,
+    plugin: &PluginConfig,
+    needs: &Needs,
+    targets: &[(String, Target)],
+    notes: &mut Vec<String>,
+) {
+    if needs.kv && !plugin.kv {
+        notes.push(
+            "the plugin needs key-value storage, which this run does not grant: its kv calls fail"
+                .to_owned(),
+        );
+    }
+    for name in &needs.destinations {
+        if !targets.iter().any(|(n, _)| n == name) {
+            notes.push(format!(
+                "the plugin needs destination `{name}`: grant it here with --grant {name}"
+            ));
+        }
+    }
+    if config.source.is_some()
+        && let Some(i) = config.plugins.iter().position(|p| p.name == plugin.name)
+    {
+        for problem in config.ungranted(i, needs.kv, &needs.destinations) {
+            notes.push(format!("`hub check` refuses hub.toml: {problem}"));
+        }
+    }
 }
 
 /// A stand-in's `timeout_ms`: the call's own deadline bounds a send anyway.

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::sdk::{
-    Action, Config, Direction, Event, Host, LazyJson, Level, Outcome, Plugin, Response,
+    Action, Config, Direction, Event, Host, LazyJson, Level, Needs, Outcome, Plugin, Response,
     empty_object,
 };
 
@@ -27,7 +27,8 @@ pub use wit_bindgen::rt as __rt;
 
 use bindings::hub::plugin::{host, types as wit};
 
-/// Exports `$plugin` (a type implementing [`Plugin`]) as the component's `handle`.
+/// Exports `$plugin` (a type implementing [`Plugin`]) as the component's
+/// `handle`, `validate-config` and `needs-for`.
 ///
 /// ```ignore
 /// struct Redact;
@@ -54,6 +55,15 @@ macro_rules! export_plugin {
                     config: ::std::string::String,
                 ) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::guest::validate::<$plugin>(&config)
+                }
+
+                fn needs_for(
+                    config: ::std::string::String,
+                ) -> ::core::result::Result<
+                    $crate::guest::bindings::hub::plugin::types::Needs,
+                    ::std::string::String,
+                > {
+                    $crate::guest::needs::<$plugin>(&config)
                 }
             }
 
@@ -116,12 +126,24 @@ pub fn run<P: Plugin>(event: wit::Event) -> Result<wit::Outcome, String> {
 /// What `export_plugin!` calls for `validate-config`.
 #[doc(hidden)]
 pub fn validate<P: Plugin>(config: &str) -> Result<(), String> {
+    P::validate_config(&config_of(config)?)
+}
+
+/// What `export_plugin!` calls for `needs-for`.
+#[doc(hidden)]
+pub fn needs<P: Plugin>(config: &str) -> Result<wit::Needs, String> {
+    let Needs { kv, destinations } = P::needs(&config_of(config)?)?;
+    Ok(wit::Needs { kv, destinations })
+}
+
+/// The config table the hub hands over as JSON text.
+fn config_of(config: &str) -> Result<Config, String> {
     let value = match serde_json::from_str::<Value>(config) {
         Ok(Value::Null) => empty_object(),
         Ok(value) => value,
         Err(e) => return Err(format!("config is not JSON: {e}")),
     };
-    P::validate_config(&Config::new(value)?)
+    Config::new(value)
 }
 
 /// The payload and the context stay text until the plugin asks for them.

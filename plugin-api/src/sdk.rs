@@ -341,6 +341,67 @@ pub trait Plugin {
         let _ = config;
         Ok(())
     }
+
+    /// What the plugin needs granted in its `[[plugins]]` entry to work with
+    /// this config: asked when the hub loads the plugin, after
+    /// [`validate_config`](Plugin::validate_config). The hub refuses an entry
+    /// that does not grant it (`hub check`, `hub serve`, reload), naming the
+    /// plugin, the grant and the line, instead of running a plugin whose
+    /// every key-value call or send fails. Declare only what the plugin
+    /// cannot work without as configured; the default needs nothing.
+    fn needs(config: &Config) -> Result<Needs, String> {
+        let _ = config;
+        Ok(Needs::none())
+    }
+}
+
+/// What a plugin needs granted in `hub.toml`, from [`Plugin::needs`]:
+/// `Needs::none().kv().destination("crm")`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// A key-value namespace of its own (`kv = true`).
+    pub kv: bool,
+    /// Destinations it sends or forwards to (`destinations = [...]`).
+    pub destinations: Vec<String>,
+}
+
+impl Needs {
+    /// Nothing: every host import the plugin uses works without a grant.
+    pub fn none() -> Needs {
+        Needs::default()
+    }
+
+    /// Also key-value storage.
+    #[must_use]
+    pub fn kv(mut self) -> Needs {
+        self.kv = true;
+        self
+    }
+
+    /// Also the destination `name` (once, however often it is named).
+    #[must_use]
+    pub fn destination(mut self, name: impl Into<String>) -> Needs {
+        let name = name.into();
+        if !self.destinations.contains(&name) {
+            self.destinations.push(name);
+        }
+        self
+    }
+
+    /// Key-value storage when `needed` holds (a feature the config turns on).
+    #[must_use]
+    pub fn kv_if(self, needed: bool) -> Needs {
+        if needed { self.kv() } else { self }
+    }
+
+    /// The destination a config key names, when it names one.
+    #[must_use]
+    pub fn destination_if(self, name: Option<&str>) -> Needs {
+        match name {
+            Some(name) => self.destination(name),
+            None => self,
+        }
+    }
 }
 
 /// A text reply to `channel.customer_message`, which the hub sends to the

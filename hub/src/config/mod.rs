@@ -29,8 +29,8 @@ pub use outbound::{OutboundConfig, Private};
 
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
 pub use wiring::{
-    DestinationConfig, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig, RouteConfig,
-    RuntimeConfig, expand_env,
+    DestinationConfig, EntryLines, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig,
+    RouteConfig, RuntimeConfig, expand_env, is_name,
 };
 
 /// Everything the hub reads from `hub.toml`.
@@ -647,6 +647,7 @@ impl Config {
             file: file.to_owned(),
             message: parse_message(text, &e),
         })?;
+        wiring::note_lines(&mut config.plugins, text);
         config.base_dir = match file.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
             _ => PathBuf::from("."),
@@ -961,12 +962,17 @@ fn parse_message(text: &str, e: &toml::de::Error) -> String {
         return whole();
     };
     let before = text.get(..at).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
+    let line = line_at(text, at);
     let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
     format!(
         "{key}: {} (line {line}, column {column})",
         e.message().trim_end()
     )
+}
+
+/// The line (from 1) of byte `at` of `text`.
+fn line_at(text: &str, at: usize) -> usize {
+    text.get(..at).unwrap_or(text).matches('\n').count() + 1
 }
 
 /// The dotted key of the innermost key or value of `table` at byte `at`.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::{Config, Env, is_http_url};
+use super::{Config, Env, is_http_url, line_at};
 
 /// The plugin runtime shared by every plugin.
 #[derive(Debug, Clone, Deserialize)]
@@ -86,6 +86,19 @@ pub struct PluginConfig {
     /// [`Config::plugin_required`]).
     #[serde(default)]
     pub required: Option<bool>,
+    /// Where the entry is written. Filled by loading only.
+    #[serde(skip)]
+    pub lines: EntryLines,
+}
+
+/// Lines (from 1) of a `[[plugins]]` entry and of its grants in the file,
+/// for problems found only once the plugin is loaded: a need the entry does
+/// not grant. `None` for a configuration not read from text, or a key not written.
+#[derive(Debug, Clone, Default)]
+pub struct EntryLines {
+    pub entry: Option<usize>,
+    pub kv: Option<usize>,
+    pub destinations: Option<usize>,
 }
 
 impl PluginConfig {
@@ -109,6 +122,7 @@ impl PluginConfig {
             kv_max_writes_per_call: default_plugin_kv_max_writes_per_call(),
             kv_max_bytes_per_call: default_plugin_kv_max_bytes_per_call(),
             required: None,
+            lines: EntryLines::default(),
         }
     }
 }
@@ -123,6 +137,73 @@ impl Config {
                 .iter()
                 .any(|r| r.on_error == OnError::Reject && r.plugins.contains(&plugin.name))
         })
+    }
+
+    /// What the plugin of entry `index` needs (`kv`, `destinations`, as it
+    /// says once loaded) and its entry does not grant: one problem per
+    /// grant, naming the key, the plugin, the grant and the line to change.
+    pub fn ungranted(&self, index: usize, kv: bool, destinations: &[String]) -> Vec<String> {
+        let Some(p) = self.plugins.get(index) else {
+            return Vec::new();
+        };
+        let line = |key: Option<usize>| {
+            key.or(p.lines.entry)
+                .map_or_else(String::new, |l| format!(" (line {l})"))
+        };
+        let mut problems = Vec::new();
+        if kv && !p.kv {
+            problems.push(format!(
+                "plugins[{index}].kv: plugin `{}` needs key-value storage, which its entry does \
+                 not grant: set `kv = true`{}",
+                p.name,
+                line(p.lines.kv)
+            ));
+        }
+        for d in destinations.iter().filter(|d| !p.destinations.contains(d)) {
+            let declare = if self.destinations.iter().any(|x| &x.name == d) {
+                String::new()
+            } else {
+                format!(" and declare a [[destinations]] table named `{d}`")
+            };
+            problems.push(format!(
+                "plugins[{index}].destinations: plugin `{}` needs destination `{d}`, which its \
+                 entry does not grant: add \"{d}\" to `destinations`{declare}{}",
+                p.name,
+                line(p.lines.destinations)
+            ));
+        }
+        problems
+    }
+}
+
+/// Notes where each `[[plugins]]` entry of `text`, and its `kv` and
+/// `destinations`, are written. Called once `text` has deserialized, so the
+/// document parses and its entries are `plugins`, in order.
+pub(super) fn note_lines(plugins: &mut [PluginConfig], text: &str) {
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        return;
+    };
+    let Some((_, entries)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == "plugins") else {
+        return;
+    };
+    let toml::de::DeValue::Array(entries) = entries.get_ref() else {
+        return;
+    };
+    for (p, entry) in plugins.iter_mut().zip(entries.iter()) {
+        let toml::de::DeValue::Table(table) = entry.get_ref() else {
+            continue;
+        };
+        let key_line = |name: &str| {
+            table
+                .iter()
+                .find(|(k, _)| k.get_ref() == name)
+                .map(|(k, _)| line_at(text, k.span().start))
+        };
+        p.lines = EntryLines {
+            entry: Some(line_at(text, entry.span().start)),
+            kv: key_line("kv"),
+            destinations: key_line("destinations"),
+        };
     }
 }
 
@@ -405,12 +486,16 @@ fn expand_headers(
     expanded
 }
 
-fn check_name(name: &str, key: &str, seen: &mut HashSet<String>, problems: &mut Vec<String>) {
-    let valid = !name.is_empty()
+/// Whether `name` may name a plugin or destination: letters, digits, `-` or `_`.
+pub fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !valid {
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn check_name(name: &str, key: &str, seen: &mut HashSet<String>, problems: &mut Vec<String>) {
+    if !is_name(name) {
         problems.push(format!(
             "{key}.name: `{name}` must be letters, digits, `-` or `_`"
         ));
@@ -484,6 +569,49 @@ mod tests {
             "Bearer ${CRM_TOKEN}"
         );
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn an_ungranted_need_names_the_key_the_grant_and_the_line() {
+        let text = "[[destinations]]\nname = \"crm\"\nurl = \"https://crm.example.com/\"\n\n\
+                    [[plugins]]\nname = \"a\"\npath = \"a.wasm\"\n\n\
+                    [[plugins]]\nname = \"b\"\npath = \"b.wasm\"\nkv = false\n\
+                    destinations = [\"crm\"]\n";
+        let c = Config::parse(text, Path::new("hub.toml")).unwrap();
+        let crm = ["crm".to_owned()];
+        // Nothing written: the entry's header line.
+        assert_eq!(
+            c.ungranted(0, true, &crm),
+            [
+                "plugins[0].kv: plugin `a` needs key-value storage, which its entry does not \
+                 grant: set `kv = true` (line 5)",
+                "plugins[0].destinations: plugin `a` needs destination `crm`, which its entry \
+                 does not grant: add \"crm\" to `destinations` (line 5)",
+            ]
+        );
+        // Written: their own lines; a destination not declared says so.
+        assert_eq!(
+            c.ungranted(1, true, &["crm".to_owned(), "audit".to_owned()]),
+            [
+                "plugins[1].kv: plugin `b` needs key-value storage, which its entry does not \
+                 grant: set `kv = true` (line 12)",
+                "plugins[1].destinations: plugin `b` needs destination `audit`, which its entry \
+                 does not grant: add \"audit\" to `destinations` and declare a [[destinations]] \
+                 table named `audit` (line 13)",
+            ]
+        );
+        assert!(c.ungranted(1, false, &crm).is_empty(), "granted");
+        // Inline entries have lines too; an entry made in code has none.
+        let c = Config::parse(
+            "plugins = [\n  { name = \"a\", path = \"a.wasm\" },\n]\n",
+            Path::new("hub.toml"),
+        )
+        .unwrap();
+        assert!(c.ungranted(0, true, &[])[0].ends_with("(line 2)"));
+        let mut c = Config::parse("", Path::new("hub.toml")).unwrap();
+        c.plugins
+            .push(PluginConfig::new("a".into(), "a.wasm".into()));
+        assert!(c.ungranted(0, true, &[])[0].ends_with("set `kv = true`"));
     }
 
     #[test]

@@ -120,22 +120,30 @@ impl Wiring {
     /// Runs every loaded plugin's `validate-config` on its config table: a
     /// required plugin whose config is refused refuses the wiring; another
     /// is taken out and listed as unavailable, like one that did not load.
+    /// A plugin whose entry does not grant what it says it needs with that
+    /// config refuses the wiring, required or not: it would run, but fail
+    /// at what it is there for, and nobody would be told.
     pub async fn validate_configs(mut self, config: &Config) -> Result<Wiring, Vec<String>> {
         let mut problems = Vec::new();
         let mut refused = Vec::new();
-        for p in &config.plugins {
+        for (i, p) in config.plugins.iter().enumerate() {
             let Some(plugin) = self.plugins.get(&p.name).cloned() else {
                 continue;
             };
-            if let Err(e) = plugin.validate_config().await {
-                let text = format!("plugin `{}`: its config is refused: {}", p.name, e.message);
-                if config.plugin_required(p) {
-                    problems.push(text);
-                } else {
-                    tracing::error!(plugin = %p.name, error = %text, "plugin not loaded; it is not required, so its routes act per on_error without it");
-                    self.unavailable.push((p.name.clone(), text));
-                    refused.push(p.name.clone());
+            let e = match plugin.validate_config().await {
+                Ok(needs) => {
+                    problems.extend(config.ungranted(i, needs.kv, &needs.destinations));
+                    continue;
                 }
+                Err(e) => e,
+            };
+            let text = format!("plugin `{}`: its config is refused: {}", p.name, e.message);
+            if config.plugin_required(p) {
+                problems.push(text);
+            } else {
+                tracing::error!(plugin = %p.name, error = %text, "plugin not loaded; it is not required, so its routes act per on_error without it");
+                self.unavailable.push((p.name.clone(), text));
+                refused.push(p.name.clone());
             }
         }
         if !problems.is_empty() {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+pub use bindings::Needs;
 pub use cache::{Origin, compile_in_child, compile_into};
 pub use counters::{Counters, DURATION_BUCKETS_MICROS, PluginCounters, Snapshot};
 pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};

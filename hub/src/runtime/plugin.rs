@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use wasmtime::UpdateDeadline;
 
-use super::bindings::{self, HandlerPre};
+use super::bindings::{self, HandlerPre, Needs};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use super::share::TimeShare;
@@ -569,9 +569,11 @@ impl Plugin {
     }
 
     /// Runs the plugin's `validate-config` export on its config table, if
-    /// the component has one (plugins built before it existed are not checked).
-    /// An `Err` carries the plugin's own message, which names the key.
-    pub async fn validate_config(self: &Arc<Self>) -> Result<(), PluginError> {
+    /// the component has one (plugins built before it existed are not checked),
+    /// then asks its `needs-for` what it needs granted with that config (a
+    /// component without it needs nothing). An `Err` carries the plugin's own
+    /// message, which names the key.
+    pub async fn validate_config(self: &Arc<Self>) -> Result<Needs, PluginError> {
         let _slot = self
             .runtime
             .inner
@@ -585,6 +587,8 @@ impl Plugin {
             deadline,
             Arc::new(AtomicBool::new(false)),
         );
+        // Which export ran out of time or trapped, for the message.
+        let asking_needs = AtomicBool::new(false);
         let run = async {
             let instance = self
                 .pre
@@ -592,33 +596,91 @@ impl Plugin {
                 .instantiate_async(&mut store)
                 .await
                 .map_err(Failure::Instantiate)?;
-            let Ok(validate) = instance
+            if let Ok(validate) = instance
                 .get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "validate-config")
-            else {
-                return Ok(Ok(()));
-            };
-            let (verdict,) = validate
+            {
+                let (verdict,) = validate
+                    .call_async(&mut store, (self.config_json.clone(),))
+                    .await
+                    .map_err(Failure::Call)?;
+                if let Err(message) = verdict {
+                    return Ok(Err(message));
+                }
+            }
+            if instance.get_func(&mut store, "needs-for").is_none() {
+                return Ok(Ok(Needs {
+                    kv: false,
+                    destinations: Vec::new(),
+                }));
+            }
+            asking_needs.store(true, Ordering::Relaxed);
+            let needs_for = instance
+                .get_typed_func::<(String,), (Result<Needs, String>,)>(&mut store, "needs-for")
+                .map_err(|e| {
+                    Failure::Instantiate(e.context(format!(
+                        "needs-for does not fit {WORLD} (rebuild the plugin against this hub's plugin-api)"
+                    )))
+                })?;
+            let (needs,) = needs_for
                 .call_async(&mut store, (self.config_json.clone(),))
                 .await
                 .map_err(Failure::Call)?;
-            Ok(verdict)
+            Ok(needs.map_err(|e| format!("needs-for: {e}")))
         };
         let result = tokio::time::timeout(self.limits.timeout, run).await;
+        let export = if asking_needs.load(Ordering::Relaxed) {
+            "needs-for"
+        } else {
+            "validate-config"
+        };
         match result {
             Err(_) => Err(self.error(
                 ErrorKind::Timeout,
                 format!(
-                    "validate-config: no answer within {} ms",
+                    "{export}: no answer within {} ms",
                     self.limits.timeout.as_millis()
                 ),
             )),
             Ok(Err(Failure::Instantiate(e))) => {
                 Err(self.error(ErrorKind::Instantiate, format!("{e:#}")))
             }
-            Ok(Err(Failure::Call(e))) => Err(self.classify(store.data(), &e)),
+            Ok(Err(Failure::Call(e))) => {
+                let mut e = self.classify(store.data(), &e);
+                e.message = format!("{export}: {}", e.message);
+                Err(e)
+            }
             Ok(Ok(Err(message))) => Err(self.error(ErrorKind::Failed, message)),
-            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Ok(needs))) => self.check_needs(needs),
         }
+    }
+
+    /// Holds what a plugin says it needs to what a `hub.toml` could grant:
+    /// the names go into problems and logs, so a name no destination can
+    /// have is refused here, not quoted.
+    fn check_needs(&self, needs: Needs) -> Result<Needs, PluginError> {
+        if needs.destinations.len() > MAX_NEEDED_DESTINATIONS {
+            return Err(self.error(
+                ErrorKind::InvalidOutput,
+                format!(
+                    "needs-for: {} destinations needed, more than {MAX_NEEDED_DESTINATIONS}",
+                    needs.destinations.len()
+                ),
+            ));
+        }
+        if let Some(bad) = needs
+            .destinations
+            .iter()
+            .find(|d| !crate::config::is_name(d))
+        {
+            return Err(self.error(
+                ErrorKind::InvalidOutput,
+                format!(
+                    "needs-for: `{}` is not a destination name (letters, digits, `-` or `_`)",
+                    one_line(bad, 64)
+                ),
+            ));
+        }
+        Ok(needs)
     }
 
     /// Names what stopped the guest: a host import's own reason, the memory
@@ -867,6 +929,9 @@ fn not_a_component(wasm: &[u8]) -> Option<String> {
     }
     None
 }
+
+/// Destinations one plugin may say it needs: more is no plugin's real need.
+const MAX_NEEDED_DESTINATIONS: usize = 64;
 
 /// A trap as one line: its message and the innermost named frame.
 fn trap_summary(e: &wasmtime::Error) -> String {

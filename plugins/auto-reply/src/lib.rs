@@ -8,14 +8,14 @@
 //! - `away_message`: the answer when no rule matched and no agent is online,
 //!   sent at most once per conversation per `away_every_secs` (default 3600),
 //!   tracked in KV under `away:<channel_id or 0>:<sender.id>` (`away:chat:<chat_id>`
-//!   for a payload without sender); a KV the plugin may not use means it
-//!   answers every time;
+//!   for a payload without sender), so an away message needs `kv = true`;
+//!   should a KV call fail (a quota), it answers every time;
 //! - `sender_name`: the name the answers are signed with (default `Auto-reply`,
 //!   `""` for none).
 
 mod rules;
 
-use plugin_api::sdk::{Config, Event, Host, Level, Outcome, Plugin, channel_reply_text};
+use plugin_api::sdk::{Config, Event, Host, Level, Needs, Outcome, Plugin, channel_reply_text};
 
 use rules::Rule;
 
@@ -44,6 +44,13 @@ impl<'a> Settings<'a> {
 impl Plugin for AutoReply {
     fn validate_config(config: &Config) -> Result<(), String> {
         Settings::read(config).map(|_| ())
+    }
+
+    /// Keyword answers need nothing; without its memory the away message
+    /// would go out on every message of a customer.
+    fn needs(config: &Config) -> Result<Needs, String> {
+        let settings = Settings::read(config)?;
+        Ok(Needs::none().kv_if(settings.away_message.is_some()))
     }
 
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {

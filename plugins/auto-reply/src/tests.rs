@@ -105,7 +105,17 @@ fn away_message_without_sender_is_tracked_per_chat() {
 }
 
 #[test]
-fn away_message_without_kv_is_sent_every_time() {
+fn only_the_away_message_needs_kv() {
+    let needs = |c: Value| AutoReply::needs(&Config::new(c).unwrap()).unwrap();
+    assert_eq!(needs(config()), Needs::none().kv());
+    assert_eq!(
+        needs(json!({"keywords": [{"match": "price", "reply": "From 10 EUR."}]})),
+        Needs::none()
+    );
+}
+
+#[test]
+fn away_message_when_kv_fails_is_sent_every_time() {
     let mut host = FakeHost::new(config()).without_kv();
     for _ in 0..2 {
         let out = AutoReply::handle(&offline(customer_text("1", "hello")), &mut host).unwrap();

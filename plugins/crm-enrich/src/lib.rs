@@ -1,14 +1,14 @@
 //! CRM enrich: answers `webhook.chat_accepted` (and `chat_updated`) on the
 //! integrator's behalf, so agents get CRM data with no integrator server.
 //!
-//! With `lookup` (a destination name) the plugin `send`s the visitor to the
-//! CRM and expects `{"custom_data": [...], "crm_link": "..."}` back; without
+//! With `lookup` (a destination name, which the plugin then needs granted)
+//! the plugin `send`s the visitor to the CRM and expects `{"custom_data": [...], "crm_link": "..."}` back; without
 //! it, or when the lookup fails, it answers with what the event itself tells
 //! (visitor number, chats count, tags). Config: `lookup` (optional),
 //! `enable_assign` (default true when a link is known), `link_template`
 //! (optional, `{number}` is replaced by the visitor number).
 
-use plugin_api::sdk::{Config, Event, Host, Level, Outcome, Plugin};
+use plugin_api::sdk::{Config, Event, Host, Level, Needs, Outcome, Plugin};
 use serde_json::{Value, json};
 
 pub struct CrmEnrich;
@@ -73,6 +73,10 @@ impl Plugin for CrmEnrich {
         config.bool_or("enable_assign", true)?;
         Ok(())
     }
+
+    fn needs(config: &Config) -> Result<Needs, String> {
+        Ok(Needs::none().destination_if(config.str("lookup")?))
+    }
 }
 
 /// Fields the event already carries, for when no CRM answers.
@@ -107,6 +111,16 @@ mod tests {
                    "visitor": {"number": "12", "chats_count": 3, "description": ""},
                    "tags": [{"id": 1, "title": "vip"}]}),
         )
+    }
+
+    #[test]
+    fn it_needs_the_lookup_destination_only_when_one_is_named() {
+        let needs = |c: Value| CrmEnrich::needs(&Config::new(c).unwrap()).unwrap();
+        assert_eq!(needs(json!({})), Needs::none());
+        assert_eq!(
+            needs(json!({"lookup": "crm"})),
+            Needs::none().destination("crm")
+        );
     }
 
     #[test]

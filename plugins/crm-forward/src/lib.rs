@@ -1,12 +1,13 @@
 //! CRM forward: sends chosen events to a CRM destination in a flat REST shape
 //! (see [`shape`]), durably through the hub's outbox; the event itself goes on.
 //!
-//! Config: `destination` (required) and `events`, globs of kinds to forward
-//! (default `["channel.*"]`). Typing kinds (`*_typing`) are never forwarded.
+//! Config: `destination` (required; the plugin needs it granted) and `events`,
+//! globs of kinds to forward (default `["channel.*"]`). Typing kinds
+//! (`*_typing`) are never forwarded.
 
 pub mod shape;
 
-use plugin_api::sdk::{Config, Event, Host, Outcome, Plugin};
+use plugin_api::sdk::{Config, Event, Host, Needs, Outcome, Plugin};
 
 pub struct CrmForward;
 
@@ -22,6 +23,11 @@ impl Plugin for CrmForward {
 
     fn validate_config(config: &Config) -> Result<(), String> {
         settings(config).map(|_| ())
+    }
+
+    fn needs(config: &Config) -> Result<Needs, String> {
+        let (destination, _) = settings(config)?;
+        Ok(Needs::none().destination(destination))
     }
 }
 
@@ -64,6 +70,15 @@ mod tests {
             "config: destination is required"
         );
         assert!(run(json!({"destination": 3}), &e).is_err());
+    }
+
+    #[test]
+    fn it_needs_its_destination_granted() {
+        let config = Config::new(json!({"destination": "crm"})).unwrap();
+        assert_eq!(
+            CrmForward::needs(&config).unwrap(),
+            Needs::none().destination("crm")
+        );
     }
 
     #[test]

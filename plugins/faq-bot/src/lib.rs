@@ -17,17 +17,18 @@
 //! answer after it, if one matches); later messages get the matching answer,
 //! or the menu on a first miss and an agent on the second miss in a row.
 //!
-//! Per-chat state lives in KV (`kv = true`) under `chat:<chat_id>` as
-//! `{"greeted":bool,"misses":n}`. Without a working KV the bot still answers,
-//! with no memory: no greeting, the answer or else the menu, never an agent
-//! for misses.
+//! Per-chat state lives in KV under `chat:<chat_id>` as
+//! `{"greeted":bool,"misses":n}`, so the plugin needs `kv = true`: the hub
+//! refuses an entry without it. Should a KV call still fail (a quota), the bot
+//! answers with no memory: no greeting, the answer or else the menu, never an
+//! agent for misses.
 
 mod settings;
 mod state;
 
 use plugin_api::bot::ClientMessage;
 use plugin_api::sdk::{
-    Config, Event, Host, Outcome, Plugin, bot_buttons, bot_invite_agent, bot_text,
+    Config, Event, Host, Needs, Outcome, Plugin, bot_buttons, bot_invite_agent, bot_text,
 };
 use serde_json::Value;
 
@@ -39,6 +40,12 @@ pub struct FaqBot;
 impl Plugin for FaqBot {
     fn validate_config(config: &Config) -> Result<(), String> {
         Settings::read(config).map(|_| ())
+    }
+
+    /// Without its memory the bot never greets and never hands a chat over
+    /// after misses: it cannot do its job.
+    fn needs(_config: &Config) -> Result<Needs, String> {
+        Ok(Needs::none().kv())
     }
 
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {

@@ -189,7 +189,15 @@ fn asking_for_a_human_invites_an_agent() {
 }
 
 #[test]
-fn without_kv_the_bot_still_answers() {
+fn it_needs_kv_whatever_its_config() {
+    for c in [json!({}), config()] {
+        let needs = FaqBot::needs(&Config::new(c).unwrap()).unwrap();
+        assert_eq!(needs, Needs::none().kv());
+    }
+}
+
+#[test]
+fn when_kv_fails_the_bot_still_answers() {
     let mut host = FakeHost::new(config()).without_kv();
     assert_eq!(run(&mut host, "hours?"), Outcome::reply(text("9 to 5.")));
     // Misses are not counted: every miss gets the menu, never an agent.

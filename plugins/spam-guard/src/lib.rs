@@ -4,13 +4,15 @@
 //! Config (all optional):
 //! - `patterns`: strings matched case-insensitively as substrings of `message.text`;
 //! - `max_messages` (default 20) per `window_secs` (default 60) and client, a
-//!   fixed window kept in KV under `rate:<channel_id or 0>:<sender.id>`;
-//!   `max_messages = 0` turns the limit off, as does a KV the plugin may not use;
-//! - `forward_to`: a destination told about every dropped message.
+//!   fixed window kept in KV under `rate:<channel_id or 0>:<sender.id>`, so
+//!   the limit needs `kv = true`; `max_messages = 0` turns it off (and the
+//!   need with it); should a KV call fail (a quota), the message passes;
+//! - `forward_to`: a destination (which it then needs granted) told about
+//!   every dropped message.
 
 mod rate;
 
-use plugin_api::sdk::{Config, Event, Host, Level, Outcome, Plugin};
+use plugin_api::sdk::{Config, Event, Host, Level, Needs, Outcome, Plugin};
 use serde_json::json;
 
 use rate::{Window, count};
@@ -43,6 +45,13 @@ impl Settings {
 impl Plugin for SpamGuard {
     fn validate_config(config: &Config) -> Result<(), String> {
         Settings::read(config).map(|_| ())
+    }
+
+    fn needs(config: &Config) -> Result<Needs, String> {
+        let settings = Settings::read(config)?;
+        Ok(Needs::none()
+            .kv_if(settings.limit > 0)
+            .destination_if(settings.forward_to.as_deref()))
     }
 
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {

@@ -80,7 +80,22 @@ fn numeric_and_text_ids_share_a_window() {
 }
 
 #[test]
-fn no_kv_means_no_rate_limit() {
+fn the_rate_limit_needs_kv_and_forward_to_its_destination() {
+    let needs = |c: serde_json::Value| SpamGuard::needs(&Config::new(c).unwrap()).unwrap();
+    // The limit is on by default.
+    assert_eq!(needs(json!({})), Needs::none().kv());
+    assert_eq!(
+        needs(json!({"patterns": ["spam"], "max_messages": 0})),
+        Needs::none()
+    );
+    assert_eq!(
+        needs(json!({"max_messages": 0, "forward_to": "audit"})),
+        Needs::none().destination("audit")
+    );
+}
+
+#[test]
+fn a_failing_kv_means_no_rate_limit() {
     let mut host = FakeHost::new(json!({"max_messages": 1})).without_kv();
     for _ in 0..3 {
         assert!(

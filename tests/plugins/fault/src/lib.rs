@@ -1,9 +1,11 @@
 //! A plugin that misbehaves as its config `fault` says, so the hub's tests can
 //! check that each kind of failure is contained; `"none"` makes it a no-op.
+//! What it needs granted is what its config's `needs` table says (`kv`,
+//! `destinations`), or a call that never ends with `needs = "loop"`.
 
 use std::hint::black_box;
 
-use plugin_api::sdk::{Config, Event, Host, Level, Outcome, Plugin};
+use plugin_api::sdk::{Config, Event, Host, Level, Needs, Outcome, Plugin};
 use serde_json::{Value, json};
 
 pub struct Fault;
@@ -14,6 +16,19 @@ const HOST_CALLS: u64 = 100_000;
 const MIB: usize = 1 << 20;
 
 impl Plugin for Fault {
+    fn needs(config: &Config) -> Result<Needs, String> {
+        let table = match config.get("needs") {
+            None => return Ok(Needs::none()),
+            Some(Value::String(s)) if s == "loop" => spin(),
+            Some(table) => Config::new(table.clone())?,
+        };
+        let mut needs = Needs::none().kv_if(table.bool_or("kv", false)?);
+        for name in table.strings("destinations")?.unwrap_or_default() {
+            needs = needs.destination(name);
+        }
+        Ok(needs)
+    }
+
     fn handle(event: &Event, host: &mut dyn Host) -> Result<Outcome, String> {
         let config = Config::new(host.config())?;
         match config.str_or("fault", "none")? {
@@ -188,6 +203,17 @@ mod tests {
         let mut host = FakeHost::new(config).respond("crm", 200, "");
         let out = Fault::handle(&customer_text("1", "hi"), &mut host);
         (out, host)
+    }
+
+    #[test]
+    fn needs_come_from_the_config() {
+        let needs = |c: Value| Fault::needs(&Config::new(c).unwrap());
+        assert_eq!(needs(json!({})), Ok(Needs::none()));
+        assert_eq!(
+            needs(json!({"needs": {"kv": true, "destinations": ["crm", "audit"]}})),
+            Ok(Needs::none().kv().destination("crm").destination("audit"))
+        );
+        assert!(needs(json!({"needs": {"kv": 1}})).is_err());
     }
 
     #[test]
