@@ -670,12 +670,13 @@ impl Plugin {
         if let Some(bad) = needs
             .destinations
             .iter()
-            .find(|d| !crate::config::is_name(d))
+            .find(|d| d.len() > MAX_NAME_BYTES || !crate::config::is_name(d))
         {
             return Err(self.error(
                 ErrorKind::InvalidOutput,
                 format!(
-                    "needs-for: `{}` is not a destination name (letters, digits, `-` or `_`)",
+                    "needs-for: `{}` is not a destination name (up to {MAX_NAME_BYTES} letters, \
+                     digits, `-` or `_`)",
                     one_line(bad, 64)
                 ),
             ));
@@ -930,8 +931,10 @@ fn not_a_component(wasm: &[u8]) -> Option<String> {
     None
 }
 
-/// Destinations one plugin may say it needs: more is no plugin's real need.
+/// Destinations one plugin may say it needs, and the length of a name:
+/// more is no plugin's real need, and each name goes into problem texts.
 const MAX_NEEDED_DESTINATIONS: usize = 64;
+const MAX_NAME_BYTES: usize = 128;
 
 /// A trap as one line: its message and the innermost named frame.
 fn trap_summary(e: &wasmtime::Error) -> String {
