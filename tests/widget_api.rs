@@ -1096,7 +1096,7 @@ async fn a_visitors_stream_resumes_after_its_last_event_id_in_order_and_once_acr
     site.ann.reply(chat, "Sorry for the wait.").await;
     let next = page.next_with_id(WAIT).await.expect("the next reply");
     assert_eq!(
-        message_texts(&[next.clone()]),
+        message_texts(std::slice::from_ref(&next)),
         ["Sorry for the wait."],
         "{next:?}"
     );
@@ -1122,7 +1122,7 @@ async fn a_visitors_stream_resumes_after_its_last_event_id_in_order_and_once_acr
     site.ann.reply(chat, "Anything else?").await;
     let first = fresh.next_with_id(WAIT).await.expect("the new reply");
     assert_eq!(
-        message_texts(&[first.clone()]),
+        message_texts(std::slice::from_ref(&first)),
         ["Anything else?"],
         "{first:?}"
     );

@@ -371,7 +371,7 @@
     es = src;
     src.onopen = function () {
       streamTries = 0;
-      if (missed) resync(src);
+      if (missed) showNewer(src);
       missed = false;
     };
     src.onerror = function () {
@@ -395,10 +395,12 @@
     });
     listen(src, 'call', onStreamCall);
   }
-  // Messages newer than the newest the page has, asked for after a reconnect.
-  function resync(src) {
+  // Messages newer than the newest the page has, read from the hub: after a
+  // reconnect of stream `src` (what it may have missed), and after an offline
+  // message (the visitor's window keeps it, as their own).
+  function showNewer(src) {
     req('GET', '/messages').then(function (res) {
-      if (es !== src || !res.ok || !res.data || !Array.isArray(res.data.messages)) return;
+      if ((src && es !== src) || !res.ok || !res.data || !Array.isArray(res.data.messages)) return;
       var last = lastMsgId();
       res.data.messages.map(normMsg)
         .filter(function (m) { return m && Number(m.id) > last; })
@@ -1251,6 +1253,7 @@ textarea:focus,input:focus{border-color:var(--ct);box-shadow:0 0 0 2px rgba(128,
     if (d.phone && !PHONE_RE.test(d.phone)) return bad('invalid phone number');
     if (S.conn === 'down') return bad('the hub cannot be reached');
     post('/offline-messages', d).then(function (res) {
+      if (res.ok) showNewer(null);
       var r = res.ok ? ok() : failOf(res);
       if (r.result === 'fail' && !r.error) r = { result: 'fail', error: reasonOf(r) };
       if (after) after(r);

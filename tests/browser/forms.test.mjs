@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import {
-  TEST_TIMEOUT, api, events, hubAnswer, messageText, openPage, startBrowser, startHub, startSite, visitor, w, waitFor,
+  TEST_TIMEOUT, api, events, hubAnswer, messageText, messages, openPage, screenshot, startBrowser, startHub, startSite, visitor,
+  w, waitFor, waitLoaded,
 } from './harness.mjs';
 
 let hub;
@@ -64,6 +65,15 @@ test('with no agent online the widget offers the offline form, and the message l
   await w(page, 'hub-offline-done').filter({ hasText: 'Thank you' }).waitFor();
   await w(page, 'hub-offline-error').waitFor({ state: 'hidden' });
   assert.equal(await w(page, 'hub-offline-message').inputValue(), '', 'the form is ready for another message');
+  // The window keeps the visitor's message, once, also after a reload.
+  const left = messages(page, 'Do you roast decaf beans? Please write back.').and(page.locator('[data-author="client"]'));
+  await left.waitFor();
+  assert.equal(await left.count(), 1);
+  await screenshot(page, 'widget-offline-sent');
+  await page.reload();
+  await waitLoaded(page);
+  await left.waitFor({ state: 'attached' });
+  assert.equal(await left.count(), 1);
 
   // The site's webhook receiver gets offline_message ...
   const hook = await waitFor(

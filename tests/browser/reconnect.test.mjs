@@ -109,8 +109,12 @@ test('replies sent while the visitor\'s connection is down reach the page once e
   assert.equal(await messages(page, 'Colombian and Ethiopian.').count(), 0);
   await screenshot(page, 'widget-connection-lost');
 
+  // Besides the stream's own catch-up, the widget reads its messages again
+  // once reconnected.
+  const resync = page.waitForRequest((r) => r.method() === 'GET' && new URL(r.url()).pathname.endsWith('/messages'));
   relay.restore();
   await messages(page, 'Shall I reserve one?').waitFor();
+  await resync;
   await ann.say(chatId, 'Reserved for you.');
   await messages(page, 'Reserved for you.').waitFor();
   const agent = ['Yes, every Monday.', ...replies, 'Reserved for you.'];
