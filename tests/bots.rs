@@ -3,7 +3,7 @@
 //! spec's flow table, the exchange's timing and error statuses, the optional
 //! authorization, and the `faq-bot` plugin as a channel's bot.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::support::{
-    HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub, eventually,
-    plugin_toml, serve,
+    ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel,
+    TestHub, eventually, plugin_toml, serve, write_config,
 };
 
 /// Generous: CI machines are slow and have two cores.
@@ -1469,6 +1469,327 @@ async fn a_provider_may_post_its_answer_while_the_hubs_request_is_still_open() {
     }
     assert_eq!(customer.requests().len(), 1);
     hub.shutdown().await;
+}
+
+/// What the hand-off provider did about one `CLIENT_MESSAGE`.
+#[derive(Clone, Debug)]
+struct Answered {
+    event: Value,
+    /// Its posts to the hub, in order: event name and the hub's status.
+    posts: Vec<(String, u16)>,
+    /// Its answer to the hub's request.
+    status: u16,
+}
+
+/// A bot provider written like vangerfulll/fractal-chatbot: on each
+/// `CLIENT_MESSAGE` it posts a `BOT_MESSAGE`, and when the customer asks for
+/// an operator an `INVITE_AGENT` after it, each while the hub's request is
+/// open; if the hub refuses either post, its answer failed and it answers
+/// the hub's request with 502. Between the two posts of a hand-off, `agent`
+/// (once set) accepts the chat: an agent joins while the bot is answering.
+#[derive(Clone)]
+struct HandOffProvider {
+    url: String,
+    hub_url: Arc<OnceLock<String>>,
+    agent: Arc<OnceLock<TestAgent>>,
+    log: Arc<Mutex<Vec<Answered>>>,
+}
+
+impl HandOffProvider {
+    async fn start() -> HandOffProvider {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind provider");
+        let addr = listener.local_addr().expect("provider addr");
+        let provider = HandOffProvider {
+            url: format!("http://{addr}/bot"),
+            hub_url: Arc::new(OnceLock::new()),
+            agent: Arc::new(OnceLock::new()),
+            log: Arc::new(Mutex::new(Vec::new())),
+        };
+        let this = provider.clone();
+        serve(listener, move |req| {
+            let this = this.clone();
+            async move { this.answer(req).await }
+        });
+        provider
+    }
+
+    async fn post(&self, event: Value) -> u16 {
+        let hub_url = self.hub_url.get().expect("the hub's URL is set").clone();
+        // A client of its own per post, as that provider makes them.
+        reqwest::Client::new()
+            .post(hub_url)
+            .json(&event)
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    }
+
+    async fn answer(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> http::Response<Full<Bytes>> {
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut posts = Vec::new();
+        if event["event"] == "CLIENT_MESSAGE" {
+            let text = event["message"]["text"].as_str().unwrap_or_default();
+            let (chat, client) = (event["chat_id"].clone(), event["client_id"].clone());
+            let hand_off = text.contains("operator");
+            let reply = if hand_off {
+                "Transferring you to an operator...".to_owned()
+            } else {
+                format!("You said: {text}")
+            };
+            let message = json!({ "id": uuid(), "client_id": client, "chat_id": chat,
+                                  "message": text_message(&reply), "event": "BOT_MESSAGE" });
+            posts.push(("BOT_MESSAGE".to_owned(), self.post(message).await));
+            if hand_off && posts[0].1 == 200 {
+                if let (Some(agent), Some(id)) = (
+                    self.agent.get(),
+                    chat.as_str().and_then(|c| c.parse::<i64>().ok()),
+                ) {
+                    let (status, v) = agent
+                        .post(&format!("/agent/v1/chats/{id}/accept"), json!({}))
+                        .await;
+                    assert_eq!(status, 200, "the agent joins: {v}");
+                }
+                let invite = json!({ "id": uuid(), "client_id": client, "chat_id": chat,
+                                     "event": "INVITE_AGENT" });
+                posts.push(("INVITE_AGENT".to_owned(), self.post(invite).await));
+            }
+        }
+        let failed = posts.iter().any(|(_, status)| *status != 200);
+        let status = if failed { 502 } else { 200 };
+        self.log.lock().expect("provider log").push(Answered {
+            event,
+            posts,
+            status,
+        });
+        let body = if failed {
+            r#"{"detail":"Jivo event processing failed"}"#
+        } else {
+            r#"{"result":"ok"}"#
+        };
+        let mut resp = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *resp.status_mut() = http::StatusCode::from_u16(status).expect("status");
+        resp
+    }
+
+    fn log(&self) -> Vec<Answered> {
+        self.log.lock().expect("provider log").clone()
+    }
+}
+
+#[tokio::test]
+async fn an_agent_joining_while_the_bot_hands_off_does_not_fail_the_bots_answer() {
+    let provider = HandOffProvider::start().await;
+    let customer = Integrator::start().await;
+    let hub = TestHub::start().await;
+    let ann = hub.create_agent("Ann", "ann@example.com").await;
+    ann.set_online(true).await;
+    let web = channel(&hub, "web", &customer, None, &["ann@example.com"]).await;
+    let bot = create_bot(
+        &hub,
+        json!({ "name": "Fractal", "endpoint": provider.url, "token": TOKEN,
+                "channels": ["web"] }),
+    )
+    .await;
+    let hub_url = bot["webhooks_url"].as_str().expect("url").to_owned();
+    provider.hub_url.set(hub_url).expect("set once");
+    provider.agent.set(ann.clone()).ok();
+
+    // The dialogue: five answers, then the customer asks for an operator and
+    // Ann joins between the bot's message and its INVITE_AGENT.
+    let said = [
+        "hello",
+        "yes",
+        "maths",
+        "grade 5",
+        "online",
+        "call an operator",
+    ];
+    for (n, text) in said.iter().enumerate() {
+        hub.say(&web, json!(35), text).await;
+        customer.wait_for(n + 1, WAIT).await;
+    }
+    let chat = eventually(WAIT, "the chat Ann joined", || async {
+        ann.chats()
+            .await
+            .into_iter()
+            .find(|c| c["bot"]["state"] == "joined")
+    })
+    .await;
+    let chat_id = chat["id"].as_i64().expect("chat id");
+    let webhooks_url = provider.hub_url.get().expect("url").clone();
+
+    // The bot hears AGENT_JOINED after its answer, which was taken.
+    eventually(SLOW_WAIT, "AGENT_JOINED at the provider", || {
+        let heard = provider
+            .log()
+            .iter()
+            .any(|x| x.event["event"] == "AGENT_JOINED");
+        async move { heard.then_some(()) }
+    })
+    .await;
+    let log = provider.log();
+    let hand_off = log
+        .iter()
+        .find(|x| x.event["message"]["text"] == "call an operator")
+        .expect("the hand-off request");
+    assert_eq!(
+        hand_off.posts,
+        [
+            ("BOT_MESSAGE".to_owned(), 200),
+            ("INVITE_AGENT".to_owned(), 200)
+        ],
+        "the bot's answer to a message it got before Ann joined is taken: {log:#?}"
+    );
+    let asked: Vec<&Answered> = log
+        .iter()
+        .filter(|x| x.event["event"] == "CLIENT_MESSAGE")
+        .collect();
+    assert_eq!(asked.len(), said.len(), "no request was retried: {log:#?}");
+    assert!(asked.iter().all(|x| x.status == 200), "{log:#?}");
+    assert_eq!(
+        log.last().map(|x| x.event["event"].clone()),
+        Some(json!("AGENT_JOINED")),
+        "{log:#?}"
+    );
+
+    // Ann has the chat; the bot's message from before she joined reached the
+    // customer, nothing after it did.
+    let view = ann.chat(chat_id).await;
+    assert_eq!(view["chat"]["state"], "accepted", "{view}");
+    assert_eq!(view["chat"]["agent_id"], json!(ann.id));
+    let to_customer = customer.requests();
+    assert_eq!(to_customer.len(), said.len(), "{to_customer:?}");
+    assert_eq!(
+        to_customer[said.len() - 1].json()["message"]["text"],
+        "Transferring you to an operator..."
+    );
+
+    // Told it is done, the bot's later messages are refused.
+    let later = call(
+        &hub.http,
+        Method::POST,
+        &webhooks_url,
+        &bot_message(chat_id, text_message("still here")).to_string(),
+        None,
+    )
+    .await;
+    assert_refused(
+        "BOT_MESSAGE after AGENT_JOINED",
+        &later,
+        400,
+        "invalid_request",
+    );
+    hub.shutdown().await;
+}
+
+/// `name{labels} value` lines of a `/metrics` scrape of a `hub serve` child.
+async fn scrape(base: &str) -> HashMap<String, f64> {
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("metrics request");
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.expect("metrics body");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refused_provider_request_is_logged_and_counted_by_reason() {
+    // A `hub serve` child: counters are per process.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opts = HubOptions {
+        extra_toml: format!(
+            "[[channels]]\nname = \"web\"\ncustomer_endpoint = \"http://127.0.0.1:9/customer\"\n\n\
+             [[bots]]\nname = \"Counted\"\nendpoint = \"http://127.0.0.1:9/bot\"\n\
+             token = \"{TOKEN}\"\nprovider_id = \"counted\"\nchannels = [\"web\"]\n"
+        ),
+        ..HubOptions::default()
+    };
+    let config = write_config(dir.path(), &opts, "127.0.0.1:0");
+    let hub = tokio::task::spawn_blocking(move || HubProcess::spawn(&config))
+        .await
+        .expect("hub process");
+    let reason = |r: &str| format!("hub_bot_refusals_total{{reason=\"{r}\"}}");
+    let before = scrape(&hub.base).await;
+    assert_eq!(
+        before.get(&reason("unknown_chat")),
+        Some(&0.0),
+        "{before:?}"
+    );
+
+    let http = reqwest::Client::new();
+    let url = format!("{}/webhooks/counted/{TOKEN}", hub.base);
+    let answer = call(
+        &http,
+        Method::POST,
+        &url,
+        &bot_message(4242, text_message("hello?")).to_string(),
+        None,
+    )
+    .await;
+    assert_refused(
+        "a chat the bot does not have",
+        &answer,
+        400,
+        "invalid_request",
+    );
+    let wrong = format!("{}/webhooks/counted/not-the-token", hub.base);
+    let answer = call(
+        &http,
+        Method::POST,
+        &wrong,
+        &invite_agent(1).to_string(),
+        None,
+    )
+    .await;
+    assert_refused("a wrong token", &answer, 401, "invalid_client");
+
+    let after = scrape(&hub.base).await;
+    assert_eq!(after.get(&reason("unknown_chat")), Some(&1.0), "{after:?}");
+    assert_eq!(after.get(&reason("credentials")), Some(&1.0), "{after:?}");
+    assert_eq!(after.get(&reason("chat_done")), Some(&0.0), "{after:?}");
+    let log = hub.log();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("bot exchange request refused"))
+        .collect();
+    assert_eq!(refused.len(), 2, "one line per refusal:\n{log}");
+    for field in [
+        "INFO",
+        "bot=Counted",
+        "chat=4242",
+        "event=BOT_MESSAGE",
+        "status=400",
+        "unknown_chat",
+    ] {
+        assert!(refused[0].contains(field), "{field} in {}", refused[0]);
+    }
+    assert!(refused[1].contains("credentials"), "{}", refused[1]);
+    assert!(
+        !log.contains("not-the-token"),
+        "a presented token is never logged:\n{log}"
+    );
 }
 
 #[tokio::test]

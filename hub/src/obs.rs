@@ -1,7 +1,7 @@
 //! Process-wide counters and gauges for `/metrics`, recorded from every layer:
 //! HTTP requests by edge and status, events by kind and verdict, deliveries
-//! by result and attempt, webhook replies, open live streams, and when the
-//! process started. A leaf: it imports nothing of the hub, so any layer may
+//! by result and attempt, webhook replies, bot exchange refusals by reason,
+//! open live streams, and when the process started. A leaf: it imports nothing of the hub, so any layer may
 //! record here.
 //!
 //! These are per process: with several instances on one database each
@@ -167,6 +167,53 @@ impl DeliveryResult {
     }
 }
 
+/// Why the bot exchange refused a provider's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BotRefusal {
+    /// No bot at that address, or a malformed one (404).
+    UnknownBot,
+    /// The token in the path or the `Authorization` header is wrong (401).
+    Credentials,
+    /// Over the bot's rate, or blocked after wrong credentials (429).
+    RateLimited,
+    /// A method or an event the exchange does not take (405).
+    NotAllowed,
+    /// A body that could not be read, or is not a valid event (400, 408, 413).
+    Malformed,
+    /// `chat_id` names no chat of the bot (400).
+    UnknownChat,
+    /// The bot is done with the chat: an agent joined it or it closed (400).
+    ChatDone,
+    /// The hub's own fault; the provider may retry (503).
+    Unavailable,
+}
+
+impl BotRefusal {
+    pub const ALL: [BotRefusal; 8] = [
+        BotRefusal::UnknownBot,
+        BotRefusal::Credentials,
+        BotRefusal::RateLimited,
+        BotRefusal::NotAllowed,
+        BotRefusal::Malformed,
+        BotRefusal::UnknownChat,
+        BotRefusal::ChatDone,
+        BotRefusal::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BotRefusal::UnknownBot => "unknown_bot",
+            BotRefusal::Credentials => "credentials",
+            BotRefusal::RateLimited => "rate_limited",
+            BotRefusal::NotAllowed => "not_allowed",
+            BotRefusal::Malformed => "malformed",
+            BotRefusal::UnknownChat => "unknown_chat",
+            BotRefusal::ChatDone => "chat_done",
+            BotRefusal::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// Upper bounds of the request-duration histogram's buckets, in µs.
 pub const HTTP_BUCKETS_MICROS: [u64; 14] = [
     500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
@@ -200,6 +247,7 @@ pub struct Registry {
     dead_letters: AtomicU64,
     /// Applied, ignored.
     webhook_replies: [AtomicU64; 2],
+    bot_refusals: [AtomicU64; BotRefusal::ALL.len()],
     streams: [AtomicI64; Edge::ALL.len()],
 }
 
@@ -220,6 +268,7 @@ impl Registry {
             attempts: zeros(),
             dead_letters: AtomicU64::new(0),
             webhook_replies: zeros(),
+            bot_refusals: zeros(),
             streams: [const { AtomicI64::new(0) }; Edge::ALL.len()],
         }
     }
@@ -276,6 +325,11 @@ impl Registry {
         self.webhook_replies[usize::from(!applied)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A provider's request the bot exchange refused.
+    pub fn bot_refusal(&self, reason: BotRefusal) {
+        self.bot_refusals[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a live stream as open until the guard is dropped.
     pub fn stream_opened(&'static self, kind: Edge) -> StreamGuard {
         self.streams[kind as usize].fetch_add(1, Ordering::Relaxed);
@@ -299,6 +353,18 @@ impl Registry {
         );
         for (result, n) in ["applied", "ignored"].iter().zip(&self.webhook_replies) {
             let _ = writeln!(out, "{name}{{result=\"{result}\"}} {}", load(n));
+        }
+        let name = "hub_bot_refusals_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Bot providers' requests the bot exchange refused, by reason.",
+        );
+        // Every reason shows from the start, so an alert has a series to watch.
+        for reason in BotRefusal::ALL {
+            let n = load(&self.bot_refusals[reason as usize]);
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", reason.as_str());
         }
         let name = "hub_live_streams";
         header(
@@ -491,6 +557,10 @@ pub fn stream_opened(kind: Edge) -> StreamGuard {
     REGISTRY.stream_opened(kind)
 }
 
+pub fn bot_refusal(reason: BotRefusal) {
+    REGISTRY.bot_refusal(reason);
+}
+
 /// The process families (`hub_up`, `hub_build_info`, start time and
 /// uptime), then every counter of [`REGISTRY`].
 pub fn render(out: &mut String) {
@@ -650,6 +720,20 @@ mod tests {
         r.webhook_reply(true);
         let out = rendered(&r);
         assert!(out.contains("hub_webhook_replies_total{result=\"applied\"} 1\n"));
+    }
+
+    #[test]
+    fn bot_refusals_show_every_reason_and_count_each_apart() {
+        let r = Registry::new();
+        assert!(rendered(&r).contains("hub_bot_refusals_total{reason=\"chat_done\"} 0\n"));
+        r.bot_refusal(BotRefusal::UnknownChat);
+        r.bot_refusal(BotRefusal::UnknownChat);
+        r.bot_refusal(BotRefusal::RateLimited);
+        let out = rendered(&r);
+        assert!(out.contains("# TYPE hub_bot_refusals_total counter\n"));
+        assert!(out.contains("hub_bot_refusals_total{reason=\"unknown_chat\"} 2\n"));
+        assert!(out.contains("hub_bot_refusals_total{reason=\"rate_limited\"} 1\n"));
+        assert!(out.contains("hub_bot_refusals_total{reason=\"unavailable\"} 0\n"));
     }
 
     #[test]

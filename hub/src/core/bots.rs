@@ -33,8 +33,8 @@ use crate::outbound::oauth::{Credentials, bearer_header};
 use crate::pipeline::{Routed, record_effects};
 use crate::runtime::Action;
 use crate::store::bots::{
-    BotTarget, agents_online, chat_bot_in_tx, insert_bot_message, last_bot_message, mark_seen,
-    set_chat_bot,
+    BotTarget, agents_online, chat_bot_in_tx, done_notice_pending, insert_bot_message,
+    last_bot_message, mark_seen, set_chat_bot,
 };
 use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
 use crate::store::events::insert_event;
@@ -115,6 +115,9 @@ pub enum BotOutcome {
     Repeated,
     /// A plugin on its route dropped it.
     Dropped,
+    /// An agent joined (or the chat closed) before the bot heard of it: the
+    /// event is recorded and changes nothing.
+    Overtaken,
 }
 
 impl Conversations {
@@ -204,15 +207,17 @@ impl Conversations {
         .await
     }
 
-    /// The chat `chat_id` names, if it is a chat of `bot`.
+    /// The chat `chat_id` names, if it is a chat of `bot` (else `NotFound`).
     async fn bot_chat(&self, bot: &Bot, chat_id: &str) -> Result<Chat, CoreError> {
-        let unknown =
-            || CoreError::Invalid(format!("chat_id `{chat_id}` names no chat of this bot"));
-        let id: i64 = chat_id.trim().parse().map_err(|_| unknown())?;
-        let chat = self.store.chat_by_id(id).await?.ok_or_else(unknown)?;
+        let id: i64 = chat_id.trim().parse().map_err(|_| CoreError::NotFound)?;
+        let chat = self
+            .store
+            .chat_by_id(id)
+            .await?
+            .ok_or(CoreError::NotFound)?;
         match self.store.chat_bot(chat.id).await? {
             Some(cb) if cb.bot_id == bot.id => Ok(chat),
-            _ => Err(unknown()),
+            _ => Err(CoreError::NotFound),
         }
     }
 
@@ -240,24 +245,44 @@ impl Conversations {
         let state = chat_bot_in_tx(&mut w.tx, chat.id)
             .await?
             .map(|cb| cb.state)
-            .ok_or_else(|| CoreError::Invalid("the chat has no bot".into()))?;
+            .ok_or(CoreError::NotFound)?;
         if let Some(id) = event.id()
             && !mark_seen(&mut w.tx, bot.id, id, now).await?
         {
             // Applied meanwhile by a twin of this request.
             return Ok(BotOutcome::Repeated);
         }
+        // A conflict with where the chat stands, not a malformed request.
         let done = |state: BotState| {
-            CoreError::Invalid(match state {
+            CoreError::Conflict(match state {
                 BotState::Closed => "the chat is closed: the bot is done with it".to_owned(),
                 _ => "an agent joined the chat: the bot is done with it".to_owned(),
             })
         };
+        // An agent joined (or the chat closed) while the bot was answering a
+        // customer message it got before: its AGENT_JOINED (CHAT_CLOSED)
+        // waits behind that request, so the bot cannot know yet. Refusing its
+        // answer would read as a failed one to a provider, which then fails
+        // the request the hub retries, twice, for nothing. The answer is
+        // taken and recorded, and changes nothing: the agent has the chat.
+        // Once the bot was told, its later messages are refused.
+        if state.is_done() && matches!(event, BotEvent::BotMessage(_) | BotEvent::InviteAgent(_)) {
+            if !done_notice_pending(&mut w.tx, chat.id).await? {
+                return Err(done(state));
+            }
+            record_in(&mut w.tx, routed, now).await?;
+            w.commit().await?;
+            tracing::info!(
+                bot = %bot.name,
+                chat = chat.id,
+                event = event.event_name(),
+                state = state.as_str(),
+                "a bot answered before it heard it is done with the chat: recorded, not applied"
+            );
+            return Ok(BotOutcome::Overtaken);
+        }
         match event {
             BotEvent::BotMessage(m) => {
-                if state.is_done() {
-                    return Err(done(state));
-                }
                 let body = serde_json::to_value(&m.message)
                     .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
                 // A widget shows every type itself (buttons as buttons) and
@@ -338,6 +363,7 @@ impl Conversations {
                         w.commit().await?;
                         return Ok(BotOutcome::Applied);
                     }
+                    // Taken above until the bot was told, refused after.
                     BotState::Joined | BotState::Closed => return Err(done(state)),
                 }
                 let online = agents_online(&mut w.tx, chat.channel_id).await? > 0;

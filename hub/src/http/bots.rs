@@ -3,6 +3,8 @@
 //! (the latter with the optional `Authorization`), answered with the spec's
 //! statuses and `{"error":{"code","message"}}` bodies.
 
+use std::time::Duration;
+
 use http::header::AUTHORIZATION;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
@@ -12,10 +14,11 @@ use serde_json::{Value, json};
 use crate::core::Inbound;
 use crate::core::conversations::CoreError;
 use crate::http::limits;
-use crate::http::problem::{Dialect, Problem};
+use crate::http::problem::{Problem, retry_after};
 use crate::http::respond::{Resp, error, json, parse_json, read_body};
 use crate::http::{App, client_ip};
 use crate::ids::constant_time_eq;
+use crate::obs::BotRefusal;
 
 /// Events a provider sends; the others are the hub's own (405 if posted to it).
 const FROM_PROVIDERS: [&str; 3] = ["BOT_MESSAGE", "INVITE_AGENT", "CLIENT_INFO"];
@@ -29,57 +32,178 @@ pub enum Door {
     Providers,
 }
 
-/// Handles a provider's request; `rest` is the path after `webhooks` or `providers`.
+/// Handles a provider's request; `rest` is the path after `webhooks` or
+/// `providers`. Every refusal is logged (one line at `info`: bot, chat,
+/// event, reason) and counted by reason for `/metrics`, so an operator sees
+/// why a provider's events did not land.
 pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]) -> Resp {
+    let mut asked = Asked::default();
+    match take(app, req, door, rest, &mut asked).await {
+        Ok(resp) => resp,
+        Err(refusal) => refusal.answer(&asked),
+    }
+}
+
+/// What is known of a request when it is refused, for the log line.
+#[derive(Default)]
+struct Asked {
+    /// The bot's name, or the provider id the path gave.
+    bot: String,
+    chat: Option<String>,
+    event: Option<String>,
+}
+
+/// A refusal: its answer and why, as `/metrics` counts it.
+struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    reason: BotRefusal,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl Refusal {
+    fn new(
+        status: StatusCode,
+        code: ErrorCode,
+        reason: BotRefusal,
+        message: impl Into<String>,
+    ) -> Refusal {
+        let code = match code {
+            ErrorCode::InvalidClient => "invalid_client",
+            ErrorCode::UnauthorizedClient => "unauthorized_client",
+            ErrorCode::InvalidRequest => "invalid_request",
+        };
+        Refusal {
+            status,
+            code,
+            reason,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 429 with `Retry-After`.
+    fn too_many(wait: Duration, message: &str) -> Refusal {
+        let p = Problem::too_many(message);
+        Refusal {
+            status: p.status,
+            code: p.code,
+            reason: BotRefusal::RateLimited,
+            message: p.message,
+            retry_after: Some(wait),
+        }
+    }
+
+    fn unavailable() -> Refusal {
+        Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "temporarily_unavailable",
+            reason: BotRefusal::Unavailable,
+            message: "temporarily unavailable, retry".to_owned(),
+            retry_after: None,
+        }
+    }
+
+    fn answer(self, asked: &Asked) -> Resp {
+        tracing::info!(
+            bot = %loggable(&asked.bot),
+            chat = %asked.chat.as_deref().map_or("-".into(), loggable),
+            event = %asked.event.as_deref().map_or("-".into(), loggable),
+            status = self.status.as_u16(),
+            reason = self.reason.as_str(),
+            detail = %loggable(&self.message),
+            "bot exchange request refused"
+        );
+        crate::obs::bot_refusal(self.reason);
+        let resp = error(self.status, self.code, self.message);
+        match self.retry_after {
+            Some(wait) => retry_after(resp, wait),
+            None => resp,
+        }
+    }
+}
+
+/// A value from the request as one short log line: what a provider sends
+/// is untrusted, so control characters are escaped and the length capped.
+fn loggable(value: &str) -> String {
+    const MAX_CHARS: usize = 120;
+    let mut out: String = value
+        .chars()
+        .take(MAX_CHARS)
+        .flat_map(char::escape_debug)
+        .collect();
+    if value.chars().nth(MAX_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+async fn take(
+    app: &App,
+    req: Request<Incoming>,
+    door: Door,
+    rest: &[&str],
+    asked: &mut Asked,
+) -> Result<Resp, Refusal> {
+    let unknown = || {
+        Refusal::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            BotRefusal::UnknownBot,
+            "no bot provider at this address",
+        )
+    };
     let [provider_id, token] = rest else {
-        return refuse(
+        asked.bot = rest.first().copied().unwrap_or("-").to_owned();
+        return Err(Refusal::new(
             StatusCode::NOT_FOUND,
             ErrorCode::InvalidRequest,
+            BotRefusal::UnknownBot,
             "malformed endpoint: expected /<provider_id>/<token>",
-        );
+        ));
     };
+    asked.bot = (*provider_id).to_owned();
     let directory = app.conversations.bots();
-    let Some(bot) = directory.by_provider_id(provider_id).cloned() else {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            ErrorCode::InvalidRequest,
-            "no bot provider at this address",
-        );
-    };
+    let bot = directory
+        .by_provider_id(provider_id)
+        .cloned()
+        .ok_or_else(unknown)?;
+    asked.bot = bot.name.clone();
     // Plugin bots take no requests: their URLs do not exist.
-    let Some(expected) = bot.token() else {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            ErrorCode::InvalidRequest,
-            "no bot provider at this address",
-        );
-    };
+    let expected = bot.token().ok_or_else(unknown)?;
     let source = limits::source(client_ip(&req, &app.config.server.trusted_proxies));
     let guarded = limits::Door::Bot(provider_id);
     // Before the comparison, so that guessing gets no answer at all.
     if let Some(wait) = app.limits.auth_blocked(guarded, source) {
-        return Problem::too_many("too many wrong tokens from this address; retry later")
-            .answer_after(Dialect::Api, wait);
+        return Err(Refusal::too_many(
+            wait,
+            "too many wrong tokens from this address; retry later",
+        ));
     }
     if !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
         app.limits.auth_failed(guarded, source);
-        return refuse(
+        return Err(Refusal::new(
             StatusCode::UNAUTHORIZED,
             ErrorCode::InvalidClient,
+            BotRefusal::Credentials,
             "the token does not match the bot",
-        );
+        ));
     }
     // Only the bot's own requests count, so nobody else can use up its rate.
     if let Err(wait) = app.limits.bot(provider_id, source) {
-        return Problem::too_many("too many requests for this bot; slow down")
-            .answer_after(Dialect::Api, wait);
+        return Err(Refusal::too_many(
+            wait,
+            "too many requests for this bot; slow down",
+        ));
     }
     if req.method() != Method::POST {
-        return refuse(
+        return Err(Refusal::new(
             StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::InvalidRequest,
+            BotRefusal::NotAllowed,
             "only POST is supported",
-        );
+        ));
     }
     if door == Door::Providers {
         let header = req
@@ -88,21 +212,37 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
             .and_then(|v| v.to_str().ok());
         if !app.conversations.provider_authorized(&bot, header).await {
             app.limits.auth_failed(guarded, source);
-            return refuse(
+            return Err(Refusal::new(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::UnauthorizedClient,
+                BotRefusal::Credentials,
                 "the Authorization header does not carry the bot's access token",
-            );
+            ));
         }
     }
-    let bytes = match read_body(req, &app.config.server).await {
-        Ok(b) => b,
-        Err(e) => return refuse(e.status(), ErrorCode::InvalidRequest, e.reason()),
-    };
-    let (event, payload) = match parse_event(&bytes) {
-        Ok(parsed) => parsed,
-        Err((status, reason)) => return refuse(status, ErrorCode::InvalidRequest, reason),
-    };
+    let bytes = read_body(req, &app.config.server).await.map_err(|e| {
+        Refusal::new(
+            e.status(),
+            ErrorCode::InvalidRequest,
+            BotRefusal::Malformed,
+            e.reason(),
+        )
+    })?;
+    let (event, payload) = parse_event(&bytes).map_err(|(status, reason)| {
+        // What of it could be read, for the log line.
+        if let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&bytes) {
+            asked.event = fields.get("event").map(label_of);
+            asked.chat = fields.get("chat_id").map(label_of);
+        }
+        let why = if status == StatusCode::METHOD_NOT_ALLOWED {
+            BotRefusal::NotAllowed
+        } else {
+            BotRefusal::Malformed
+        };
+        Refusal::new(status, ErrorCode::InvalidRequest, why, reason)
+    })?;
+    asked.event = Some(event.event_name().to_owned());
+    asked.chat = Some(event.chat_id().to_owned());
     let done = app
         .conversations
         .handle(Inbound::Bot {
@@ -112,8 +252,16 @@ pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]
         })
         .await;
     match done {
-        Ok(_) => json(StatusCode::OK, &json!({ "result": "ok" })),
-        Err(e) => core_refusal(e),
+        Ok(_) => Ok(json(StatusCode::OK, &json!({ "result": "ok" }))),
+        Err(e) => Err(core_refusal(e, asked)),
+    }
+}
+
+/// A field of a refused body as text (a string as is, anything else as JSON).
+fn label_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -155,40 +303,31 @@ fn with_timestamp(mut payload: Value) -> Value {
     payload
 }
 
-/// A refusal in the bot exchange's error body.
-fn refuse(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Resp {
-    let code = match code {
-        ErrorCode::InvalidClient => "invalid_client",
-        ErrorCode::UnauthorizedClient => "unauthorized_client",
-        ErrorCode::InvalidRequest => "invalid_request",
-    };
-    error(status, code, message)
-}
-
 /// What the core's refusal means to a provider: its own mistakes are 400
 /// `invalid_request`; the hub's faults a 503 to retry, without the detail.
-fn core_refusal(e: CoreError) -> Resp {
-    match e {
-        CoreError::NotFound => refuse(
+fn core_refusal(e: CoreError, asked: &Asked) -> Refusal {
+    let invalid = |reason, message: String| {
+        Refusal::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest,
-            "chat_id names no chat of this bot",
+            reason,
+            message,
+        )
+    };
+    match e {
+        CoreError::NotFound => invalid(
+            BotRefusal::UnknownChat,
+            format!(
+                "chat_id `{}` names no chat of this bot",
+                asked.chat.as_deref().unwrap_or_default()
+            ),
         ),
-        CoreError::Invalid(m) | CoreError::Conflict(m) => {
-            refuse(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, m)
-        }
-        CoreError::Unavailable(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "temporarily_unavailable",
-            "temporarily unavailable, retry",
-        ),
+        CoreError::Conflict(m) => invalid(BotRefusal::ChatDone, m),
+        CoreError::Invalid(m) => invalid(BotRefusal::Malformed, m),
+        CoreError::Unavailable(_) => Refusal::unavailable(),
         CoreError::Store(e) => {
             tracing::error!(error = %e, "a bot event failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "temporarily unavailable, retry",
-            )
+            Refusal::unavailable()
         }
     }
 }

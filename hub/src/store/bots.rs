@@ -7,6 +7,7 @@ use sqlx::{AnyConnection, Row};
 use super::batch::Query;
 use super::{Ctx, Store, StoreError, flag};
 use crate::clock::now_ms;
+use crate::event::EventKind;
 
 /// A bot: a provider reached over HTTP, or a plugin of the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -380,6 +381,26 @@ pub async fn set_chat_bot(
     .await
     .ctx("setting a chat's bot state")?;
     Ok(())
+}
+
+/// Whether the bot of `chat_id` is still to hear that it is done with the
+/// chat: its `AGENT_JOINED` or `CHAT_CLOSED` waits to be sent (in order,
+/// behind a request the bot is still answering).
+pub async fn done_notice_pending(
+    conn: &mut AnyConnection,
+    chat_id: i64,
+) -> Result<bool, StoreError> {
+    let row: Option<(i64,)> = sqlx::query_as(
+        "SELECT 1 FROM outbox WHERE order_key = $1 AND state = 'pending' \
+         AND kind IN ($2, $3) LIMIT 1",
+    )
+    .bind(super::outbox::bot_order_key(chat_id))
+    .bind(EventKind::BOT_AGENT_JOINED.as_str())
+    .bind(EventKind::BOT_CHAT_CLOSED.as_str())
+    .fetch_optional(conn)
+    .await
+    .ctx("looking for a bot's pending notice")?;
+    Ok(row.is_some())
 }
 
 /// Records a provider event id; false when it was applied already.

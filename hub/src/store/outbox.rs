@@ -215,7 +215,7 @@ impl NewDelivery {
             target_url,
             body,
             chunked: false,
-            order_key: Some(format!("bot:chat:{chat_id}")),
+            order_key: Some(bot_order_key(chat_id)),
             message_id: None,
             chat_id: Some(chat_id),
             staged: true,
@@ -309,6 +309,11 @@ impl NewDelivery {
             secret,
         }
     }
+}
+
+/// The order a chat's requests to its bot keep.
+pub fn bot_order_key(chat_id: i64) -> String {
+    format!("bot:chat:{chat_id}")
 }
 
 /// The order an event webhook keeps among the others. A chat's conversation
