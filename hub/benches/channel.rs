@@ -35,6 +35,7 @@
 //! `BENCH_PID=<pid of hub serve>` adds its RSS. The messages it posts are
 //! stored.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -149,7 +150,14 @@ async fn bench() {
         )
         .await;
         if setup.redact && setup.durability == "full" {
-            paced(hub.addr(), &endpoint_path, conns, duration, &run).await;
+            paced(
+                (hub.addr(), Some(hub.base_url())),
+                &endpoint_path,
+                conns,
+                duration,
+                &run,
+            )
+            .await;
             kept = Some((hub, token, dir));
         } else {
             hub.shutdown().await;
@@ -190,7 +198,14 @@ async fn served(conns: usize, duration: Duration, replies: usize, plugins: &Path
         let mut delivered = None;
         if setup.redact {
             if setup.durability == "full" {
-                paced(hub.addr, &hub.path, conns, duration, &run).await;
+                paced(
+                    (hub.addr, Some(hub.base.as_str())),
+                    &hub.path,
+                    conns,
+                    duration,
+                    &run,
+                )
+                .await;
             }
             received.store(0, Ordering::Relaxed);
             let bases = [hub.base.clone()];
@@ -529,7 +544,7 @@ async fn black_box(endpoint: &str, conns: usize, duration: Duration, base: &Run)
         .await
         .with_cpu(clocks);
     ingress.print("customer-message ingress", Some(base));
-    paced(addr, path, conns, duration, &ingress).await;
+    paced((addr, None), path, conns, duration, &ingress).await;
     if let Some(pid) = pid {
         println!(
             "hub RSS after: {:.1} MB",
@@ -557,11 +572,95 @@ async fn ingress(
 }
 
 /// Customer messages at half the rate `closed` reached: the latency of
-/// acknowledgements when the hub is not saturated.
-async fn paced(addr: SocketAddr, path: &str, conns: usize, duration: Duration, closed: &Run) {
+/// acknowledgements when the hub is not saturated, and what was refused,
+/// by status and, with `metrics` (the hub's base URL, this benchmark's
+/// admin token), by the plugin errors counted meanwhile. A hub at half its
+/// capacity should refuse nothing.
+async fn paced(
+    (addr, metrics): (SocketAddr, Option<&str>),
+    path: &str,
+    conns: usize,
+    duration: Duration,
+    closed: &Run,
+) -> Run {
     let rate = Some(closed.rps() / 2.0);
+    let before = match metrics {
+        Some(base) => plugin_errors(base).await,
+        None => BTreeMap::new(),
+    };
     let run = load(addr, path, conns, duration, &customer_message, rate).await;
     run.print("  paced at half that rate", None);
+    let mut line = format!("    refused: {}", refusals(&run.refused));
+    if let Some(base) = metrics {
+        line += &format!(
+            "; plugin errors meanwhile: {}",
+            plugin_errors_since(base, &before).await
+        );
+    }
+    println!("{line}");
+    run
+}
+
+/// Refusals by status, as `503 × 12, no answer × 1`.
+fn refusals(refused: &BTreeMap<u16, usize>) -> String {
+    if refused.is_empty() {
+        return "none".to_owned();
+    }
+    refused
+        .iter()
+        .map(|(status, n)| match status {
+            0 => format!("no answer × {n}"),
+            s => format!("{s} × {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The plugin errors counted since `before` (from [`plugin_errors`]), as
+/// `redact busy 12, redact timeout 1`, or `none`.
+async fn plugin_errors_since(base: &str, before: &BTreeMap<String, f64>) -> String {
+    let mut counted = Vec::new();
+    for (what, n) in plugin_errors(base).await {
+        let n = n - before.get(&what).copied().unwrap_or(0.0);
+        if n > 0.0 {
+            counted.push(format!("{what} {n}"));
+        }
+    }
+    if counted.is_empty() {
+        "none".to_owned()
+    } else {
+        counted.join(", ")
+    }
+}
+
+/// The hub's plugin errors so far, by plugin and kind (`redact busy`), from
+/// its `/metrics`.
+async fn plugin_errors(base: &str) -> BTreeMap<String, f64> {
+    let text = match reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+    {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let mut errors = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("hub_plugin_errors_total{plugin=\"") else {
+            continue;
+        };
+        let Some((plugin, rest)) = rest.split_once("\",kind=\"") else {
+            continue;
+        };
+        let Some((kind, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        if let Ok(value) = value.trim().parse::<f64>() {
+            errors.insert(format!("{plugin} {kind}"), value);
+        }
+    }
+    errors
 }
 
 /// The hub configuration of a setup on `storage` (a database URL).
@@ -735,6 +834,8 @@ async fn hello_process() {
 struct Run {
     count: usize,
     errors: usize,
+    /// The errors by HTTP status (0: no answer).
+    refused: BTreeMap<u16, usize>,
     elapsed: Duration,
     latencies: Vec<Duration>,
     /// CPU per request, when the server is a process of its own.
@@ -776,10 +877,15 @@ impl Run {
             .flat_map(|r| r.latencies.iter().copied())
             .collect();
         latencies.sort();
+        let mut refused = BTreeMap::new();
+        for (status, n) in runs.iter().flat_map(|r| &r.refused) {
+            *refused.entry(*status).or_default() += n;
+        }
         Run {
             cpu: None,
             count: latencies.len(),
             errors: runs.iter().map(|r| r.errors).sum(),
+            refused,
             elapsed: runs.iter().map(|r| r.elapsed).max().unwrap_or_default(),
             latencies,
         }
@@ -905,7 +1011,7 @@ async fn load(
                 .expect("handshake");
             tokio::spawn(conn);
             let mut lat = Vec::new();
-            let mut errors = 0;
+            let mut refused = BTreeMap::<u16, usize>::new();
             let mut due = start
                 + interval
                     .map(|i| i.mul_f64(c as f64 / conns as f64))
@@ -927,16 +1033,16 @@ async fn load(
                 };
                 match send.send_request(req).await {
                     Ok(resp) => {
-                        let ok = resp.status().is_success();
+                        let status = resp.status();
                         let _ = resp.into_body().collect().await;
-                        if ok {
+                        if status.is_success() {
                             lat.push(t.elapsed());
                         } else {
-                            errors += 1;
+                            *refused.entry(status.as_u16()).or_default() += 1;
                         }
                     }
                     Err(_) => {
-                        errors += 1;
+                        *refused.entry(0).or_default() += 1;
                         break;
                     }
                 }
@@ -944,21 +1050,24 @@ async fn load(
                     due += interval;
                 }
             }
-            (lat, errors)
+            (lat, refused)
         }));
     }
     let mut latencies = Vec::new();
-    let mut errors = 0;
+    let mut refused = BTreeMap::new();
     for t in tasks {
-        let (l, e) = t.await.expect("load task");
+        let (l, r) = t.await.expect("load task");
         latencies.extend(l);
-        errors += e;
+        for (status, n) in r {
+            *refused.entry(status).or_default() += n;
+        }
     }
     let elapsed = start.elapsed();
     latencies.sort();
     Run {
         count: latencies.len(),
-        errors,
+        errors: refused.values().sum(),
+        refused,
         elapsed,
         latencies,
         cpu: None,

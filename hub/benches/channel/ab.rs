@@ -19,7 +19,8 @@ use std::time::Duration;
 use super::common::CpuClock;
 use super::{
     Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or,
-    hello_process_baseline, load, postgres_server, serve_hello, served_binary,
+    hello_process_baseline, load, plugin_errors, plugin_errors_since, postgres_server, refusals, serve_hello,
+    served_binary,
 };
 
 /// One run of one binary.
@@ -28,6 +29,13 @@ struct Sample {
     p99_ms: f64,
     cpu_us: Option<f64>,
     delivered: Option<f64>,
+    /// With `redact`: the paced run at half the rate (p99, refusals).
+    paced: Option<Paced>,
+}
+
+struct Paced {
+    p99_ms: f64,
+    refused: usize,
 }
 
 /// The two binaries' runs of one setup.
@@ -125,6 +133,8 @@ pub async fn compare(
         line("hub CPU µs/message", &|s| s.cpu_us);
         line("p99 ms", &|s| Some(s.p99_ms));
         line("deliveries/s", &|s| s.delivered);
+        line("paced p99 ms", &|s| s.paced.as_ref().map(|p| p.p99_ms));
+        line("paced refused", &|s| s.paced.as_ref().map(|p| p.refused as f64));
     }
 }
 
@@ -167,7 +177,31 @@ async fn run(
     .await;
     let cpu_us = cpu.per_item_us(ingress.count);
     let mut delivered = None;
+    let mut paced = None;
     if setup.redact {
+        // Half the rate this run reached: nothing should wait or be refused.
+        let before = plugin_errors(&hub.base).await;
+        let run = load(
+            hub.addr,
+            &hub.path,
+            conns,
+            duration,
+            &customer_message,
+            Some(ingress.rps() / 2.0),
+        )
+        .await;
+        println!(
+            "        paced at {:.0} msg/s: p99 {:.2} ms, p999 {:.2} ms, refused: {}; plugin errors: {}",
+            ingress.rps() / 2.0,
+            run.pct(0.99).as_secs_f64() * 1e3,
+            run.pct(0.999).as_secs_f64() * 1e3,
+            refusals(&run.refused),
+            plugin_errors_since(&hub.base, &before).await
+        );
+        paced = Some(Paced {
+            p99_ms: run.pct(0.99).as_secs_f64() * 1e3,
+            refused: run.errors,
+        });
         received.store(0, Ordering::Relaxed);
         let bases = [hub.base.clone()];
         delivered = Some(
@@ -185,6 +219,7 @@ async fn run(
         p99_ms: ingress.pct(0.99).as_secs_f64() * 1e3,
         cpu_us,
         delivered,
+        paced,
     }
 }
 
