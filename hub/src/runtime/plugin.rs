@@ -634,24 +634,28 @@ impl Plugin {
             meter.clone(),
         );
         // Metered so that its epoch ticks count as a call's do.
-        let run = Metered::new(async {
-            let instance = self
-                .pre
-                .instance_pre()
-                .instantiate_async(&mut store)
-                .await
-                .map_err(Failure::Instantiate)?;
-            let Ok(validate) = instance
-                .get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "validate-config")
-            else {
-                return Ok(Ok(()));
-            };
-            let (verdict,) = validate
-                .call_async(&mut store, (self.config_json.clone(),))
-                .await
-                .map_err(Failure::Call)?;
-            Ok(verdict)
-        }, meter);
+        let run = Metered::new(
+            async {
+                let instance = self
+                    .pre
+                    .instance_pre()
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(Failure::Instantiate)?;
+                let Ok(validate) = instance.get_typed_func::<(String,), (Result<(), String>,)>(
+                    &mut store,
+                    "validate-config",
+                ) else {
+                    return Ok(Ok(()));
+                };
+                let (verdict,) = validate
+                    .call_async(&mut store, (self.config_json.clone(),))
+                    .await
+                    .map_err(Failure::Call)?;
+                Ok(verdict)
+            },
+            meter,
+        );
         let result = tokio::time::timeout(self.limits.timeout, run).await;
         match result {
             Err(_) => Err(self.error(

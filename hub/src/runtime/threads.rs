@@ -153,8 +153,7 @@ impl Meter {
     }
 
     fn stamp(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.origin).as_nanos())
-            .unwrap_or(u64::MAX - 1)
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX - 1)
             + 1
     }
 
