@@ -517,19 +517,22 @@ fn in_flight_options(extra: &str) -> HubOptions {
     }
 }
 
-/// The delivery ids and attempt numbers the integrator received, in order.
-fn attempts(integrator: &Integrator) -> Vec<(String, String, std::time::Instant)> {
-    integrator
-        .requests()
-        .iter()
-        .map(|r| {
-            (
-                r.header("x-hub-delivery").unwrap_or_default().to_owned(),
-                r.header("x-hub-attempt").unwrap_or_default().to_owned(),
-                r.at,
-            )
-        })
-        .collect()
+/// Waits for the reply's second request and checks it is the same delivery's
+/// next attempt; how long after `since` it came.
+async fn sent_again(integrator: &Integrator, since: std::time::Instant) -> Duration {
+    let seen = integrator.wait_for(2, Duration::from_secs(40)).await;
+    let header = |i: usize, name: &str| seen[i].header(name).unwrap_or_default().to_owned();
+    assert_eq!(
+        header(1, "x-hub-delivery"),
+        header(0, "x-hub-delivery"),
+        "the same delivery, sent again"
+    );
+    assert_eq!(
+        (header(0, "x-hub-attempt"), header(1, "x-hub-attempt")),
+        ("1".to_owned(), "2".to_owned()),
+        "attempts continue"
+    );
+    seen[1].at.duration_since(since)
 }
 
 /// `kill -9` of the only instance while it sends an agent's reply, then a
@@ -557,12 +560,8 @@ async fn a_restarted_instance_sends_again_at_once_what_it_had_in_flight_when_kil
 
     let hub = spawn(config.clone()).await.expect("restarted instance");
     let restarted = std::time::Instant::now();
-    integrator.wait_for(2, Duration::from_secs(40)).await;
-    let seen = attempts(&integrator);
-    let again = seen[1].2.duration_since(restarted);
+    let again = sent_again(&integrator, restarted).await;
     eprintln!("sent again {again:?} after the restart (lease 30 s)");
-    assert_eq!(seen[1].0, seen[0].0, "the same delivery, sent again");
-    assert_eq!((&*seen[0].1, &*seen[1].1), ("1", "2"), "attempts continue");
     assert!(
         again < Duration::from_secs(5),
         "the reply waited {again:?} after the restart: for its lease, not taken back\n{}",
@@ -604,12 +603,8 @@ async fn when_an_instance_dies_the_other_takes_over_its_deliveries_after_its_hea
     doomed.kill();
     let killed = std::time::Instant::now();
 
-    integrator.wait_for(2, Duration::from_secs(40)).await;
-    let seen = attempts(&integrator);
-    let after = seen[1].2.duration_since(killed);
+    let after = sent_again(&integrator, killed).await;
     eprintln!("taken over {after:?} after the kill (heartbeat 200 ms, take-over 1 s, lease 30 s)");
-    assert_eq!(seen[1].0, seen[0].0, "the same delivery, sent again");
-    assert_eq!((&*seen[0].1, &*seen[1].1), ("1", "2"), "attempts continue");
     assert!(
         after < Duration::from_secs(10),
         "the reply waited {after:?}: for its lease, not for the heartbeat\n{}",

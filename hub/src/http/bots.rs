@@ -125,18 +125,9 @@ impl Refusal {
 }
 
 /// A value from the request as one short log line: what a provider sends
-/// is untrusted, so control characters are escaped and the length capped.
+/// is untrusted (control characters escaped, length capped).
 fn loggable(value: &str) -> String {
-    const MAX_CHARS: usize = 120;
-    let mut out: String = value
-        .chars()
-        .take(MAX_CHARS)
-        .flat_map(char::escape_debug)
-        .collect();
-    if value.chars().nth(MAX_CHARS).is_some() {
-        out.push('…');
-    }
-    out
+    crate::runtime::one_line(value, 120)
 }
 
 async fn take(

@@ -9,6 +9,9 @@ mod engine;
 mod host;
 mod plugin;
 mod sanitize;
+/// Untrusted text as one bounded log line (plugins' output, and what an
+/// edge logs of a request).
+pub use sanitize::one_line;
 mod share;
 mod threads;
 
