@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use super::bindings::{self, HandlerPre};
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use super::share::TimeShare;
-use super::threads::Metered;
+use super::threads::{Meter, Metered};
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
@@ -97,20 +97,42 @@ pub struct Plugin {
     counters: Arc<PluginCounters>,
 }
 
-/// Charges a call's time to its channel's share when the call ends.
+/// Charges a call's cost to its channel's share when the call ends, however
+/// it ends: the time it spent on the request thread before and after it ran,
+/// and what its [`Meter`] gathered while it ran (its polls, and its waits
+/// for what it asked for). Waiting for a core, the trips to and from the
+/// plugin threads and the hub's own pauses are not the channel's doing.
 struct Charge<'a> {
     share: &'a TimeShare,
     channel: Option<i64>,
-    since: Instant,
-    /// Nanoseconds the call's polls ran, wherever they ran.
-    spent: Arc<AtomicU64>,
+    meter: Arc<Meter>,
+    /// Time on the request thread so far, outside the metered run.
+    outside: Duration,
+    /// Since when the call is on the request thread again (`None` while
+    /// the metered run is under way).
+    since: Option<Instant>,
+}
+
+impl Charge<'_> {
+    /// The metered run starts: what came before it is counted.
+    fn run(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.outside += since.elapsed();
+        }
+    }
+
+    /// The metered run's result is back on the request thread.
+    fn back(&mut self) {
+        self.since = Some(Instant::now());
+    }
 }
 
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
-        let ran = Duration::from_nanos(self.spent.load(Ordering::Relaxed));
+        let ran = self.meter.ran();
+        let outside = self.outside + self.since.map_or(Duration::ZERO, |s| s.elapsed());
         self.share
-            .call_ended(self.channel, self.since.elapsed(), ran);
+            .call_ended(self.channel, outside + ran + self.meter.waited(), ran);
     }
 }
 
@@ -411,16 +433,22 @@ impl Plugin {
         // The deadline starts once the call has a slot: waiting is not running.
         let deadline = Instant::now() + self.limits.timeout;
         // Charged however the call ends.
-        let spent = Arc::new(AtomicU64::new(0));
-        let _charge = Charge {
+        let meter = Arc::new(Meter::default());
+        let mut charge = Charge {
             share: &self.share,
             channel,
-            since: Instant::now(),
-            spent: spent.clone(),
+            meter: meter.clone(),
+            outside: Duration::ZERO,
+            since: Some(Instant::now()),
         };
         let long = Arc::new(AtomicBool::new(false));
         let store = Sandbox {
-            store: Some(self.sandbox(input.event.id.to_string(), deadline, long.clone())),
+            store: Some(self.sandbox(
+                input.event.id.to_string(),
+                deadline,
+                long.clone(),
+                meter.clone(),
+            )),
             slot: Some(slot),
             charge_to: Some((self.clone(), channel)),
         };
@@ -448,10 +476,11 @@ impl Plugin {
             let result = tokio::time::timeout(left, run).await;
             (store, result, instantiated)
         };
-        // Polled here until its first epoch tick; a call still running then
-        // goes on on the plugin threads, and this request thread is free. A
-        // channel whose calls are heavy starts them there.
-        let mut run = Metered::new(run, spent);
+        // Polled here until it has run through an epoch tick; a call still
+        // running then goes on on the plugin threads, and this request
+        // thread is free. A channel whose calls are heavy starts them there.
+        let mut run = Metered::new(run, meter);
+        charge.run();
         let inline = if admission.heavy {
             None
         } else {
@@ -468,6 +497,7 @@ impl Plugin {
                 self.error(ErrorKind::Instantiate, "the plugin runtime is closed")
             })?,
         };
+        charge.back();
         let (mut store, result, instantiated) = done;
         let called = started.elapsed();
         let state = store.data_mut();
@@ -523,12 +553,14 @@ impl Plugin {
         Ok(outcome)
     }
 
-    /// A fresh store for one call that must end by `deadline`.
+    /// A fresh store for one call that must end by `deadline`, polled
+    /// through a [`Metered`] of `meter`.
     fn sandbox(
         self: &Arc<Self>,
         label: String,
         deadline: Instant,
         long: Arc<AtomicBool>,
+        meter: Arc<Meter>,
     ) -> wasmtime::Store<HostState> {
         let awake = self.runtime.inner.ticker.awake();
         let state = HostState::new(self.clone(), label, deadline, awake);
@@ -538,11 +570,12 @@ impl Plugin {
         // arguments) is measured before it is copied: past this many bytes it
         // is refused without the hub allocating it.
         store.set_hostcall_fuel(self.hostcall_fuel());
-        // Guest code gives the thread back at every epoch tick, so a busy
-        // loop shares the request threads instead of holding one until its
-        // deadline; past the deadline the next tick stops it. Ordinary calls
-        // take microseconds; one still running at its second tick is a long
-        // call: it first waits for one of the plugin's `max_concurrency`
+        // Guest code gives the thread back at every epoch tick it ran
+        // through, so a busy loop shares the request threads instead of
+        // holding one until its deadline; past the deadline the next tick
+        // stops it. Ordinary calls take microseconds; one that has run a
+        // whole tick is a long call: it moves to the plugin threads, then
+        // at its next tick waits for one of the plugin's `max_concurrency`
         // turns (held to its end), then pauses a tick between slices, so
         // long calls of a plugin get at most half a core each and a few of
         // them at once, and leave the machine to everyone else.
@@ -550,18 +583,32 @@ impl Plugin {
         let turns = self.running.clone();
         let mut ticks = 0u32;
         store.epoch_deadline_callback(move |ctx| {
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Ok(UpdateDeadline::Interrupt);
+            }
+            // The epoch also passes while the call is not running: before
+            // its first instruction (a microseconds-long call that started
+            // just before a tick), while it waits for a core, for a host
+            // call or in a pause. Only a tick it ran through counts: an
+            // ordinary call is not taken for a long one for when it started
+            // or how long it waited.
+            if meter.polled_for(now) < engine::EPOCH_TICK {
+                return Ok(UpdateDeadline::Continue(1));
             }
             ticks = ticks.saturating_add(1);
             let pause: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match ticks {
                 1 => {
                     // The caller sees this and moves the call.
                     long.store(true, Ordering::Relaxed);
-                    Box::pin(tokio::task::yield_now())
+                    Box::pin(meter.clone().pause(tokio::task::yield_now()))
                 }
-                2 => Box::pin(ctx.data().turn.clone().take(turns.clone())),
-                _ => Box::pin(tokio::time::sleep(engine::EPOCH_TICK)),
+                2 => Box::pin(
+                    meter
+                        .clone()
+                        .pause(ctx.data().turn.clone().take(turns.clone())),
+                ),
+                _ => Box::pin(meter.clone().pause(tokio::time::sleep(engine::EPOCH_TICK))),
             };
             Ok(UpdateDeadline::YieldCustom(1, pause))
         });
@@ -580,10 +627,12 @@ impl Plugin {
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         let deadline = Instant::now() + self.limits.timeout;
+        let meter = Arc::new(Meter::default());
         let mut store = self.sandbox(
             "validate-config".to_owned(),
             deadline,
             Arc::new(AtomicBool::new(false)),
+            meter.clone(),
         );
         let run = async {
             let instance = self
@@ -603,6 +652,8 @@ impl Plugin {
                 .map_err(Failure::Call)?;
             Ok(verdict)
         };
+        // Metered as a call is, so that the ticks it runs through count.
+        let run = Metered::new(run, meter);
         let result = tokio::time::timeout(self.limits.timeout, run).await;
         match result {
             Err(_) => Err(self.error(

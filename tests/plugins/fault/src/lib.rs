@@ -23,6 +23,15 @@ impl Plugin for Fault {
                 std::thread::sleep(std::time::Duration::from_secs(config.u64_or("secs", 3600)?));
                 Ok(Outcome::pass())
             }
+            "naps" => {
+                // Not hostile: a short call that waits a few times (a lookup
+                // of a few ms), not running meanwhile.
+                let ms = config.u64_or("ms", 2)?;
+                for _ in 0..config.u64_or("count", 3)? {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                Ok(Outcome::pass())
+            }
             "recursion" => {
                 black_box(deep(black_box(u64::MAX)));
                 Ok(Outcome::pass())
@@ -214,6 +223,10 @@ mod tests {
         assert_eq!(
             run(json!({"fault": "error", "message": "boom"})).0,
             Err("boom".into())
+        );
+        assert_eq!(
+            run(json!({"fault": "naps", "ms": 1, "count": 2})).0,
+            Ok(Outcome::pass())
         );
         assert!(run(json!({"fault": "replace"})).0.is_err());
         assert!(run(json!({"fault": "nonsense"})).0.is_err());
