@@ -1,6 +1,7 @@
 //! Side-by-side mode of the channel benchmark (`BENCH_AB=<another hub
 //! binary>`): this build's `hub serve` and another one, alternated run by
-//! run on fresh databases, with the hub's CPU per message from `/proc`.
+//! run on fresh databases, with the hub's CPU per message from `/proc` and
+//! a paced run at half the rate each run reached (p99, refusals).
 //!
 //! With a PostgreSQL server named as for the rest of the benchmark
 //! (`HUB_BENCH_DATABASE_URL` or `HUB_TEST_DATABASE_URL`), each run gets a
@@ -19,7 +20,8 @@ use std::time::Duration;
 use super::common::CpuClock;
 use super::{
     Database, SETUPS, ServedHub, Setup, customer_message, deliveries, env_or,
-    hello_process_baseline, load, postgres_server, serve_hello, served_binary,
+    hello_process_baseline, load, plugin_counters, plugins_meanwhile, postgres_server, refusals,
+    serve_hello, served_binary,
 };
 
 /// One run of one binary.
@@ -28,6 +30,15 @@ struct Sample {
     p99_ms: f64,
     cpu_us: Option<f64>,
     delivered: Option<f64>,
+    /// The paced run at half the rate (p99, refusals).
+    paced: Paced,
+}
+
+struct Paced {
+    p99_ms: f64,
+    refused: usize,
+    /// The run's figures, printed under its round.
+    line: String,
 }
 
 /// The two binaries' runs of one setup.
@@ -101,6 +112,7 @@ pub async fn compare(
                         .delivered
                         .map_or(String::new(), |d| format!("  {d:.0} deliveries/s"))
                 );
+                println!("        {}", sample.paced.line);
                 if name == "A" {
                     pair.a.push(sample);
                 } else {
@@ -125,6 +137,8 @@ pub async fn compare(
         line("hub CPU µs/message", &|s| s.cpu_us);
         line("p99 ms", &|s| Some(s.p99_ms));
         line("deliveries/s", &|s| s.delivered);
+        line("paced p99 ms", &|s| Some(s.paced.p99_ms));
+        line("paced refused", &|s| Some(s.paced.refused as f64));
     }
 }
 
@@ -167,6 +181,29 @@ async fn run(
     .await;
     let cpu_us = cpu.per_item_us(ingress.count);
     let mut delivered = None;
+    // Half the rate this run reached: nothing should wait or be refused.
+    let before = plugin_counters(&hub.base).await;
+    let run = load(
+        hub.addr,
+        &hub.path,
+        conns,
+        duration,
+        &customer_message,
+        Some(ingress.rps() / 2.0),
+    )
+    .await;
+    let paced = Paced {
+        p99_ms: run.pct(0.99).as_secs_f64() * 1e3,
+        refused: run.errors,
+        line: format!(
+            "paced at {:.0} msg/s: p99 {:.2} ms, p999 {:.2} ms, refused: {}; {}",
+            ingress.rps() / 2.0,
+            run.pct(0.99).as_secs_f64() * 1e3,
+            run.pct(0.999).as_secs_f64() * 1e3,
+            refusals(&run.refused),
+            plugins_meanwhile(&before, &plugin_counters(&hub.base).await)
+        ),
+    };
     if setup.redact {
         received.store(0, Ordering::Relaxed);
         let bases = [hub.base.clone()];
@@ -185,6 +222,7 @@ async fn run(
         p99_ms: ingress.pct(0.99).as_secs_f64() * 1e3,
         cpu_us,
         delivered,
+        paced,
     }
 }
 
