@@ -1,9 +1,12 @@
 //! Channel benchmark: customer-message ingress against a bare hyper
 //! hello-world under the same closed-loop load, in one run: in-process and
 //! against the real `hub serve` binary over loopback; with no plugin and with
-//! the default `redact`; with `durability = "full"` and `"normal"`; then a
-//! paced run at half the measured rate (ack latency when not saturated),
-//! agent-message deliveries/s end to end, and the served hub's RSS.
+//! the default `redact`; with `durability = "full"` and `"normal"`; with
+//! `full`, a paced run at half the measured rate (ack latency when not
+//! saturated, and what was refused: by status, by the plugin errors counted
+//! meanwhile, and each plugin's time per call; the run without plugins is
+//! the control for stalls that are not the plugins'), agent-message
+//! deliveries/s end to end, and the served hub's RSS.
 //! Run: `cargo bench -p hub --bench channel`.
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
 //! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
@@ -15,8 +18,8 @@
 //! `hub serve` and that one alternately (`BENCH_AB_ROUNDS`, default 3),
 //! without plugins and with `redact` (`full`), each on a fresh database, and
 //! prints both (req/s also as a share of a hello-world process) with the
-//! hub's CPU per message and the ratios of the means
-//! (`channel/ab.rs`).
+//! hub's CPU per message, the paced run at half the rate and the ratios of
+//! the means (`channel/ab.rs`).
 //!
 //! PostgreSQL: with HUB_BENCH_DATABASE_URL (or else HUB_TEST_DATABASE_URL, as
 //! `scripts/with-postgres.sh` sets it) naming a server (a URL of any database

@@ -1,6 +1,7 @@
 //! Side-by-side mode of the channel benchmark (`BENCH_AB=<another hub
 //! binary>`): this build's `hub serve` and another one, alternated run by
-//! run on fresh databases, with the hub's CPU per message from `/proc`.
+//! run on fresh databases, with the hub's CPU per message from `/proc` and
+//! a paced run at half the rate each run reached (p99, refusals).
 //!
 //! With a PostgreSQL server named as for the rest of the benchmark
 //! (`HUB_BENCH_DATABASE_URL` or `HUB_TEST_DATABASE_URL`), each run gets a

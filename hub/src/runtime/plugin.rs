@@ -476,9 +476,9 @@ impl Plugin {
             let result = tokio::time::timeout(left, run).await;
             (store, result, instantiated)
         };
-        // Polled here until its first epoch tick; a call still running then
-        // goes on on the plugin threads, and this request thread is free. A
-        // channel whose calls are heavy starts them there.
+        // Polled here until it has run through an epoch tick; a call still
+        // running then goes on on the plugin threads, and this request
+        // thread is free. A channel whose calls are heavy starts them there.
         let mut run = Metered::new(run, meter);
         charge.run();
         let inline = if admission.heavy {
@@ -589,9 +589,10 @@ impl Plugin {
             }
             // The epoch also passes while the call is not running: before
             // its first instruction (a microseconds-long call that started
-            // just before a tick), while it waited for a core, for a host
-            // call or in a pause. Only a tick it ran through counts, so an
-            // ordinary call is never taken for a long one.
+            // just before a tick), while it waits for a core, for a host
+            // call or in a pause. Only a tick it ran through counts: an
+            // ordinary call is not taken for a long one for when it started
+            // or how long it waited.
             if meter.polled_for(now) < engine::EPOCH_TICK {
                 return Ok(UpdateDeadline::Continue(1));
             }

@@ -1,10 +1,12 @@
-//! The plugin threads: where a call that outlives its first epoch tick runs
-//! on, so that long or host-heavy calls never hold the request threads.
+//! The plugin threads: where a call that runs through an epoch tick goes on
+//! running, so that long or host-heavy calls never hold the request threads;
+//! and the [`Meter`] a call's cost is gathered in, whichever thread runs it.
 //!
 //! Why not every call: an ordinary call takes microseconds, and handing it to
-//! another thread and back would cost more than the call. A call moves when
-//! the epoch ticker first interrupts it (at most one tick in), with its
-//! store: wasmtime's call future may be polled from any thread.
+//! another thread and back would cost more than the call. A call moves at
+//! the first epoch tick it ran through (one to two ticks of running without
+//! a break), with its store: wasmtime's call future may be polled from any
+//! thread.
 //!
 //! Why fewer threads than cores, at a lower scheduling priority: whatever
 //! every plugin of the hub does at once, a core is left for the requests,
