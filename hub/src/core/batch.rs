@@ -11,12 +11,12 @@
 //! its own.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::conversations::CoreError;
-use crate::store::{Conn, Store, StoreError};
+use crate::store::{Backend, Conn, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -78,26 +78,59 @@ fn stopped(what: &str, why: &str) -> CoreError {
     CoreError::Store(StoreError::Commit(format!("{what}: {why}")))
 }
 
+/// How many batches of one writer PostgreSQL writes at once, each in a
+/// transaction of its own in the row mode (kept apart by their locks). On
+/// SQLite one: the group commit puts every writer in one transaction, and
+/// the next batch is written while the previous one's commit is awaited.
+const PG_LANES: usize = 4;
+
 async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) {
+    let lanes = match store.backend() {
+        Backend::Postgres => PG_LANES,
+        Backend::Sqlite => 1,
+    };
+    let lanes = Arc::new(Semaphore::new(lanes));
     let mut waiting = Vec::with_capacity(W::MAX);
-    while queue.recv_many(&mut waiting, W::MAX).await > 0 {
-        let (mut jobs, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
-        match write_batch::<W>(&store, &mut jobs).await {
-            Ok(written) => {
-                tokio::spawn(answer_after(written, dones));
-            }
-            Err(e) if jobs.len() > 1 && !unreachable(&e) => {
-                tracing::warn!(error = %e, count = jobs.len(), what = W::WHAT, "a batch failed; writing its jobs one by one");
-                for (job, done) in jobs.into_iter().zip(dones) {
-                    let mut one = [job];
-                    match write_batch::<W>(&store, &mut one).await {
-                        Ok(written) => answer_after(written, vec![done]).await,
-                        Err(e) => answer_all(vec![done], e, W::WHAT),
-                    }
+    loop {
+        // A free lane first, then whatever waits: a batch grows while
+        // every lane is busy, not while one is free.
+        let Ok(lane) = lanes.clone().acquire_owned().await else {
+            return;
+        };
+        if queue.recv_many(&mut waiting, W::MAX).await == 0 {
+            return;
+        }
+        let (jobs, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
+        let store = store.clone();
+        tokio::spawn(async move { write_jobs::<W>(&store, jobs, dones, lane).await });
+    }
+}
+
+/// Writes one batch and answers its jobs once it is committed; the lane is
+/// free again once the transaction let go of the database.
+async fn write_jobs<W: BatchWrite>(
+    store: &Store,
+    mut jobs: Vec<W::Job>,
+    dones: Vec<oneshot::Sender<Result<W::Done, CoreError>>>,
+    lane: OwnedSemaphorePermit,
+) {
+    match write_batch::<W>(store, &mut jobs).await {
+        Ok(written) => {
+            drop(lane);
+            answer_after(written, dones).await;
+        }
+        Err(e) if jobs.len() > 1 && !unreachable(&e) => {
+            tracing::warn!(error = %e, count = jobs.len(), what = W::WHAT, "a batch failed; writing its jobs one by one");
+            for (job, done) in jobs.into_iter().zip(dones) {
+                let mut one = [job];
+                match write_batch::<W>(store, &mut one).await {
+                    Ok(written) => answer_after(written, vec![done]).await,
+                    Err(e) => answer_all(vec![done], e, W::WHAT),
                 }
             }
-            Err(e) => answer_all(dones, e, W::WHAT),
+            drop(lane);
         }
+        Err(e) => answer_all(dones, e, W::WHAT),
     }
 }
 
@@ -112,7 +145,7 @@ async fn write_batch<W: BatchWrite>(
     store: &Store,
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, CoreError> {
-    let mut w = store.begin_write().await?;
+    let mut w = store.begin_row_write().await?;
     let results = W::write(&mut w.tx, jobs).await?;
     Ok((results, w.into_commit()))
 }

@@ -72,6 +72,12 @@ pub async fn write_customer_messages(
     if items.is_empty() {
         return Ok(Vec::new());
     }
+    // PostgreSQL's row mode: the snapshot must not change under the plan.
+    let senders: Vec<(i64, String)> = items
+        .iter()
+        .map(|i| (i.channel_id, i.sender.id.as_key()))
+        .collect();
+    super::locks::senders(conn, &senders).await?;
     let known = known_clients(conn, items).await?;
     let plan = Plan::new(items, known);
     let results = if is_postgres(conn) {
@@ -330,7 +336,8 @@ async fn write_postgres(
                     "idj": serde_json::to_string(&item.sender.id).unwrap_or_default(),
                     "name": name, "phone": phone, "email": email, "photo": photo,
                     "url": url, "invite": invite, "created": item.now, "updated": item.now,
-                    "number": step.number,
+                    // Numbered at the end (see `number_new_clients`).
+                    "number": None::<i64>,
                 }));
                 index.insert(key.clone(), clients.len() - 1);
             }
@@ -362,7 +369,58 @@ async fn write_postgres(
         })
         .collect();
     let statements = run_script(conn, PG_MESSAGES, Value::Array(rows).to_string(), WHAT).await?;
-    json_cell(statements.first(), 0)
+    let mut results: Vec<ResultRow> = json_cell(statements.first(), 0)?;
+    number_new_clients(conn, &plan.steps, &mut results).await?;
+    Ok(results)
+}
+
+/// PostgreSQL: gives the clients the batch created their visitor numbers,
+/// in the order of their first messages, as the transaction's last
+/// statement: the counter's row is then locked only from here to the
+/// commit, and only by batches that create clients. The senders' locks make
+/// the plan's "new" exact, so no number is taken for a client another
+/// writer created (the numbers have no gaps).
+async fn number_new_clients(
+    conn: &mut AnyConnection,
+    steps: &[Step],
+    results: &mut [ResultRow],
+) -> Result<(), StoreError> {
+    let new: Vec<i64> = steps
+        .iter()
+        .zip(results.iter())
+        .filter(|(step, _)| step.number.is_some())
+        .map(|(_, result)| result.1)
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let numbered: Vec<(i64, i64)> = sqlx::query_as(
+        "WITH n AS (UPDATE counters SET value = value + $2 WHERE name = 'visitor_number' \
+         RETURNING value - $2 AS base) \
+         UPDATE clients SET visitor_number = n.base + x.i FROM n, \
+         (SELECT CAST(value AS BIGINT) AS id, ordinality AS i \
+          FROM json_array_elements_text($1::JSON) WITH ORDINALITY) x \
+         WHERE clients.id = x.id RETURNING clients.id, clients.visitor_number",
+    )
+    .bind(serde_json::to_string(&new).unwrap_or_else(|_| "[]".into()))
+    .bind(new.len() as i64)
+    .fetch_all(&mut *conn)
+    .await
+    .ctx("numbering new visitors")?;
+    if numbered.len() != new.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{} of {} new visitors were numbered",
+            numbered.len(),
+            new.len()
+        )));
+    }
+    let numbers: HashMap<i64, i64> = numbered.into_iter().collect();
+    for result in results.iter_mut() {
+        if let Some(&number) = numbers.get(&result.1) {
+            result.2 = Some(number);
+        }
+    }
+    Ok(())
 }
 
 /// PostgreSQL, first statement: `$1` the batch's clients (one each, in the

@@ -13,6 +13,7 @@ pub mod ingress;
 pub mod instances;
 pub mod kv;
 pub mod live;
+pub mod locks;
 pub mod notices;
 pub mod offline;
 pub mod outbox;
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Transaction};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 pub use agents::{Agent, NewAgent};
 pub use bots::{Bot, BotState, NewBot};
@@ -175,8 +176,9 @@ pub struct Store {
     backend: Backend,
     /// SQLite's one writer connection with its group commit.
     writer: Option<Arc<writer::Group>>,
-    /// PostgreSQL: this process's turn to write (see [`Store::begin_write`]).
-    pg_turn: Arc<Mutex<()>>,
+    /// PostgreSQL: this process's side of the database's write modes (see
+    /// [`Store::begin_write`] and [`Store::begin_row_write`]).
+    pg_turn: Arc<RwLock<()>>,
     channel_cache: Arc<channels::ChannelCache>,
     /// Senders' live chats (SQLite only; see `live.rs`).
     live_chats: Option<Arc<live::LiveChats>>,
@@ -243,12 +245,12 @@ pub struct TxConn<'a>(TxInner<'a>);
 enum TxInner<'a> {
     /// SQLite: a savepoint in the group's shared transaction.
     Shared(writer::SharedTx<'a>),
-    /// PostgreSQL: a transaction of its own, holding the write turn.
+    /// PostgreSQL: a transaction of its own, holding its write mode.
     Own {
         tx: Transaction<'static, Any>,
         /// Held until the commit is done, so the process's next writer does
         /// not take a pool connection only to wait on the database's lock.
-        turn: OwnedMutexGuard<()>,
+        turn: Turn,
         health: Arc<writer::WriteHealth>,
     },
 }
@@ -270,6 +272,19 @@ impl std::ops::DerefMut for TxConn<'_> {
             TxInner::Own { tx, .. } => tx,
         }
     }
+}
+
+/// A PostgreSQL write transaction's mode (see [`Store::begin_write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Exclusive,
+    Rows,
+}
+
+/// This process's side of a PostgreSQL write mode, held to the commit.
+enum Turn {
+    Exclusive(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
+    Rows(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
 }
 
 /// The rest of a commit once the transaction let go of the database.
@@ -337,9 +352,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
-/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect; step 14 is
-/// PostgreSQL's alone (storage parameters, and an index SQLite keeps as it
-/// is: it has no heap-only updates to make room for).
+/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect; steps 14
+/// and 16 are PostgreSQL's alone (storage parameters, and an index SQLite
+/// keeps as it is: it has no heap-only updates to make room for; the
+/// webhook sequence of writers side by side: SQLite has one writer).
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         1,
@@ -395,18 +411,27 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/postgres/0015_instances.sql"),
     ),
+    (
+        16,
+        include_str!("../../migrations/postgres/0016_row_mode.sql"),
+    ),
 ];
 
 /// A PostgreSQL connection idle for this long is pinged before it is handed
 /// out; one returned more recently was pinged when it came back.
 const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
-/// How a PostgreSQL write transaction starts: `BEGIN` and the write turn in
-/// one round trip. The turn is an advisory lock every write transaction (and
-/// the migration) holds until it ends: the one write turn SQLite has, for
-/// every instance on the database. Its key is "hub_writ" in ASCII
+/// How a PostgreSQL write transaction in the exclusive mode starts: `BEGIN`
+/// and the lock in one round trip. The mode is an advisory lock: held
+/// exclusively (this, and the migration) it is the one write turn SQLite
+/// has, for every instance on the database; the hot paths hold it shared
+/// ([`PG_BEGIN_ROWS`]) and run side by side. Its key is "hub_writ" in ASCII
 /// (0x6875_625f_7772_6974).
 const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(7527030514385054068)";
+/// How a PostgreSQL write transaction in the row mode starts: the same lock,
+/// shared. Row-mode writers never wait for one another on it, only for an
+/// exclusive writer (and it for them).
+const PG_BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending
@@ -594,33 +619,64 @@ impl Store {
         }
     }
 
-    /// Starts a transaction that will write.
+    /// Starts a transaction that will write, in the exclusive mode.
     ///
-    /// On PostgreSQL every write transaction holds one advisory lock, so
-    /// writes take turns as they do on SQLite (and across instances): the
-    /// core decides on state it read in its transaction (a chat's state, a
-    /// client's live chat, the visitor counter) and relies on no one writing
-    /// in between. Reads need no turn.
+    /// On PostgreSQL such a transaction holds one advisory lock exclusively,
+    /// so it sees no other writer of any instance between its reads and its
+    /// writes (as on SQLite): the core decides on state it read in its
+    /// transaction (a chat's state, a client's live chat, the visitor
+    /// counter). Reads need no mode. The hot paths use
+    /// [`begin_row_write`](Store::begin_row_write) instead.
     pub async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+        self.begin(Mode::Exclusive).await
+    }
+
+    /// Starts a transaction that will write, in the row mode: customer and
+    /// agent messages, claims and delivery results. On PostgreSQL it runs
+    /// beside every other row-mode writer of every instance and must lock
+    /// what it shares itself: a sender's rows with [`locks::senders`] or
+    /// [`locks::chats`], an order key's head with [`locks::order_keys`]
+    /// (the outbox's `enqueue` does). On SQLite it is
+    /// [`begin_write`](Store::begin_write): one writer, the group commit.
+    pub async fn begin_row_write(&self) -> Result<WriteTx<'_>, StoreError> {
+        self.begin(Mode::Rows).await
+    }
+
+    async fn begin(&self, mode: Mode) -> Result<WriteTx<'_>, StoreError> {
         let inner = match &self.writer {
             Some(group) => TxInner::Shared(group.begin().await?),
             None => {
+                let started = std::time::Instant::now();
                 // Waiting for the turn is bounded as waiting for a
                 // connection is: while the database is down each writer
                 // ahead fails after its acquire timeout, and a queue of
                 // them must not add up to more than one.
                 let wait = self.pool.options().get_acquire_timeout();
-                let turn = tokio::time::timeout(wait, self.pg_turn.clone().lock_owned())
-                    .await
-                    .map_err(|_| StoreError::Db {
-                        context: "waiting for the write turn",
-                        source: sqlx::Error::PoolTimedOut,
-                    })?;
+                let turn = self.pg_turn.clone();
+                let (turn, begin) = match mode {
+                    Mode::Exclusive => (
+                        tokio::time::timeout(wait, turn.write_owned())
+                            .await
+                            .map(Turn::Exclusive),
+                        PG_BEGIN_WRITE,
+                    ),
+                    Mode::Rows => (
+                        tokio::time::timeout(wait, turn.read_owned())
+                            .await
+                            .map(Turn::Rows),
+                        PG_BEGIN_ROWS,
+                    ),
+                };
+                let turn = turn.map_err(|_| StoreError::Db {
+                    context: "waiting for the write turn",
+                    source: sqlx::Error::PoolTimedOut,
+                })?;
                 let tx = self
                     .pool
-                    .begin_with(PG_BEGIN_WRITE)
+                    .begin_with(begin)
                     .await
                     .ctx("starting a transaction")?;
+                crate::obs::write_turn_waited(mode == Mode::Exclusive, started.elapsed());
                 TxInner::Own {
                     tx,
                     turn,

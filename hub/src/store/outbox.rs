@@ -428,6 +428,11 @@ pub async fn enqueue(
     d: &NewDelivery,
     now: i64,
 ) -> Result<(), StoreError> {
+    // The head is decided on the key's pending rows: nobody may queue or
+    // finish a row of the key meanwhile (see `locks`).
+    if let Some(key) = d.order_key.as_deref() {
+        super::locks::order_key_of(conn, key).await?;
+    }
     sqlx::query(
         "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, order_key, \
          message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, secret, \
@@ -595,6 +600,8 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
             })
         })
         .collect();
+    let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+    super::locks::order_keys_of_rows(conn, &seqs).await?;
     batch::planned_per_batch(conn, PG_FINISH)
         .bind(serde_json::Value::Array(batch).to_string())
         .bind(rows.len() as i64)
@@ -681,7 +688,7 @@ impl Store {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let mut w = self.begin_write().await?;
+        let mut w = self.begin_row_write().await?;
         let owner = &self.identity().id;
         let claimed = claim_in(&mut w.tx, self.backend(), owner, now, lease_ms, limit).await?;
         if claimed.is_empty() {
@@ -700,7 +707,7 @@ impl Store {
         retry: Retry,
         error: &str,
     ) -> Result<(), StoreError> {
-        let mut w = self.begin_write().await?;
+        let mut w = self.begin_row_write().await?;
         sqlx::query(
             "UPDATE outbox SET attempts = $1, next_attempt_at = $2, give_up_at = $3, \
              hold_until = $4, last_error = $5, lease_until = NULL WHERE id = $6",
@@ -735,7 +742,7 @@ impl Store {
 
     /// Gives back leases this process will not use (shutdown), so a restart need not wait.
     pub async fn release_lease(&self, id: &str) -> Result<(), StoreError> {
-        let mut w = self.begin_write().await?;
+        let mut w = self.begin_row_write().await?;
         sqlx::query("UPDATE outbox SET lease_until = NULL WHERE id = $1 AND state = 'pending'")
             .bind(id)
             .execute(&mut *w.tx)

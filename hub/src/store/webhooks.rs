@@ -8,15 +8,21 @@ use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, StoreError};
 
-/// The next webhook sequence number (`counters.webhook_sequence`), taken in
-/// the caller's transaction so the numbers follow the order of the commits.
+/// The next webhook sequence number, taken in the caller's transaction so
+/// the numbers follow the order of the commits: on SQLite all of them
+/// (`counters.webhook_sequence`, one writer); on PostgreSQL those of any one
+/// client, whose sender lock or the exclusive turn the caller holds (the
+/// `webhook_sequence` sequence: no row every writer would wait for).
 pub async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> {
-    let row: (i64,) = sqlx::query_as(
-        "UPDATE counters SET value = value + 1 WHERE name = 'webhook_sequence' RETURNING value",
-    )
-    .fetch_one(conn)
-    .await
-    .ctx("numbering a webhook")?;
+    let sql = if super::is_postgres(conn) {
+        "SELECT nextval('webhook_sequence')"
+    } else {
+        "UPDATE counters SET value = value + 1 WHERE name = 'webhook_sequence' RETURNING value"
+    };
+    let row: (i64,) = sqlx::query_as(sql)
+        .fetch_one(conn)
+        .await
+        .ctx("numbering a webhook")?;
     Ok(row.0)
 }
 
