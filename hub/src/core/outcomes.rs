@@ -21,6 +21,7 @@ use crate::store::chats::{
     ContactUpdate, integration_of, set_client_contact, set_integration, set_message_delivery,
 };
 use crate::store::events::insert_event;
+use crate::store::locks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish, finish_many, set_response, unstage};
 use crate::store::{Chat, Claimed, Conn, DeliveryState, OutboxState, RowKind, StoreError};
 
@@ -34,7 +35,9 @@ impl Finisher for Conversations {
             };
             let order = webhooks::OrderFields::of(&event.payload);
             let mut routed = self.pipeline.run(event).await;
-            let mut w = self.store.begin_write().await?;
+            // The row mode: staging changes one row, and its effects (key-value
+            // writes, forwards) lock what they share themselves.
+            let mut w = self.store.begin_row_write().await?;
             record_effects(
                 &mut w.tx,
                 &routed.event,
@@ -164,7 +167,12 @@ impl Finisher for Conversations {
                     None
                 }
                 Some((chat, read)) => {
-                    let mut w = self.store.begin_write().await?;
+                    // The row mode, holding the chat's sender (its integration
+                    // and client are written) and the row's order key (its next
+                    // row becomes the head).
+                    let mut w = self.store.begin_row_write().await?;
+                    locks::chats(&mut w.tx, &[chat.id], &[]).await?;
+                    locks::order_keys_of_rows(&mut w.tx, &[row.seq]).await?;
                     finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
                     if let Some(answer) = answer {
                         set_response(&mut w.tx, &row.id, answer).await?;

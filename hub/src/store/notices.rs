@@ -78,10 +78,12 @@ impl Store {
     }
 
     /// Keeps a notice too large for `NOTIFY` in `hub_notices`; the message
-    /// that names it.
+    /// that names it. In the row mode: it decides nothing on what it reads,
+    /// and the hot paths' notices (a run of delivery results, say) must not
+    /// wait for the exclusive turn, nor make everyone else wait for theirs.
     async fn keep_notice(&self, payload: &str) -> Result<String, StoreError> {
         let now = now_ms();
-        let mut w = self.begin_write().await?;
+        let mut w = self.begin_row_write().await?;
         sqlx::query("DELETE FROM hub_notices WHERE created_at < $1")
             .bind(now - KEEP_MS)
             .execute(&mut *w.tx)
