@@ -842,9 +842,6 @@ async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // A full disk fails every tick: one warning per spell, not four a second.
     let mut failing = false;
-    let file = database_file(&pool).await;
-    // Pages copied into the database file since it was last synced.
-    let mut unsynced = 0;
     loop {
         tick.tick().await;
         if pool.is_closed() {
@@ -853,13 +850,6 @@ async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
         let pages: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
             .fetch_one(&pool)
             .await;
-        if let (Ok((_, _, copied)), Some(file)) = (&pages, &file) {
-            unsynced += copied;
-            if unsynced >= SYNC_AFTER_PAGES {
-                unsynced = 0;
-                sync_database_file(file.clone()).await;
-            }
-        }
         match pages {
             Ok((_, log, _)) if log > WAL_LIMIT_PAGES => {
                 let Some(writer) = writer.upgrade() else {
@@ -880,46 +870,6 @@ async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
                 failing = true;
             }
         }
-    }
-}
-
-/// Pages a checkpoint may copy into the database file before it is synced
-/// here (4 MiB of 4 KiB pages).
-///
-/// Why: under steady writes a `PASSIVE` checkpoint copies pages into the
-/// database file but never completes, so SQLite never syncs the file; the
-/// pages stay dirty in the kernel until the WAL restart (which holds the
-/// writer) syncs them all at once, or until the kernel's own writeback, and
-/// with `durability = "full"` every group's WAL sync then waits behind it:
-/// stalls of hundreds of milliseconds after a burst (issue 35, item 8).
-/// Synced here, off the writer, a few MiB at a time, the restart's sync
-/// finds little to write.
-const SYNC_AFTER_PAGES: i64 = 1024;
-
-/// The SQLite database's own file, for [`sync_database_file`].
-async fn database_file(pool: &AnyPool) -> Option<PathBuf> {
-    let row: Result<(String,), _> =
-        sqlx::query_as("SELECT file FROM pragma_database_list WHERE name = 'main'")
-            .fetch_one(pool)
-            .await;
-    row.ok()
-        .map(|(file,)| file)
-        .filter(|file| !file.is_empty())
-        .map(PathBuf::from)
-}
-
-/// Syncs the database file's data on a blocking thread; a failure is left
-/// to the next checkpoint's own sync to report.
-async fn sync_database_file(file: PathBuf) {
-    let synced = tokio::task::spawn_blocking(move || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .open(&file)
-            .and_then(|f| f.sync_data())
-    })
-    .await;
-    if let Ok(Err(e)) = synced {
-        tracing::debug!(error = %e, "syncing the database file");
     }
 }
 
