@@ -54,10 +54,23 @@ build_ts() {
         -d http fetch-event clocks -o "$out/$1.wasm" >/dev/null
 }
 
+# stale OUT INPUT...: whether OUT is missing or older than a file of the inputs.
+stale() {
+    local target="$1"
+    shift
+    [ ! -f "$target" ] || [ -n "$(find "$@" -newer "$target" -not -path '*/node_modules/*' \
+        -not -path '*/__pycache__/*' -print -quit)" ]
+}
+
 build() {
     mkdir -p "$out"
-    build_py spam_guard_py "$root/plugins/spam-guard-py" spam_guard
-    build_ts spam_guard_ts "$root/plugins/spam-guard-ts"
+    local wit="$root/plugin-api/wit"
+    if stale "$out/spam_guard_py.wasm" "$wit" "$root/sdk/python/hub_plugin" "$root/plugins/spam-guard-py"; then
+        build_py spam_guard_py "$root/plugins/spam-guard-py" spam_guard
+    fi
+    if stale "$out/spam_guard_ts.wasm" "$wit" "$root/sdk/typescript/src" "$root/plugins/spam-guard-ts"; then
+        build_ts spam_guard_ts "$root/plugins/spam-guard-ts"
+    fi
 }
 
 unit_tests() {

@@ -1,0 +1,160 @@
+//! Plugins in Python and TypeScript: one table of events and expected
+//! outcomes (`tests/fixtures/spam-guard-table.json`) run through the hub's
+//! pipeline against the Rust, Python and TypeScript builds of spam-guard;
+//! and `hub plugin new --lang python|typescript` makes a project that builds
+//! with `./build.sh` and passes `hub plugin test` as it is.
+
+use std::path::{Path, PathBuf};
+
+use hub::config::Config;
+use hub::core::provisioning::{ChannelSpec, create_channel};
+use hub::event::{Direction, Event, EventKind};
+use hub::outbound::HttpSender;
+use hub::pipeline::wiring::{Wiring, WiringHandle};
+use hub::pipeline::{Pipeline, Verdict, record_effects};
+use hub::runtime::Runtime;
+use hub::store::Store;
+use serde_json::{Value, json};
+
+use crate::support::{plugin_wasm, polyglot_wasm, repo_root, skip_on_postgres};
+
+/// What one build made of one step of the table, in the table's terms.
+fn observed(verdict: &Verdict, forwards: &[hub::runtime::Forward], event_id: &str) -> Value {
+    let forwards: Vec<Value> = forwards
+        .iter()
+        .map(|f| {
+            let mut payload = f.payload.clone();
+            // The event's id is the one thing each run makes anew.
+            if let Some(id) = payload.as_object_mut().and_then(|p| p.remove("event_id")) {
+                assert_eq!(id, event_id, "the forward names another event");
+            }
+            json!({ "destination": f.destination.name, "payload": payload })
+        })
+        .collect();
+    let mut out = match verdict {
+        Verdict::Continue => json!({ "outcome": "continue" }),
+        // The hub prefixes the plugin's reason with the plugin's name.
+        Verdict::Drop(reason) => {
+            let reason = reason.strip_prefix("spam-guard: ").unwrap_or(reason);
+            json!({ "outcome": "drop", "reason": reason })
+        }
+        Verdict::Reply(reply) => json!({ "outcome": "reply", "reply": reply }),
+        Verdict::Reject(error) => json!({ "outcome": "reject", "error": error }),
+    };
+    if !forwards.is_empty() {
+        out["forwards"] = Value::Array(forwards);
+    }
+    out
+}
+
+/// Runs every step of `table` through a pipeline whose one route runs the
+/// plugin in `wasm`; the outcome of each step, and the plugin's KV after.
+async fn run_table(wasm: &Path, table: &Value) -> (Vec<Value>, Value) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(
+        &format!("sqlite://{}", tmp.path().join("hub.db").display()),
+        hub::store::Durability::Normal,
+    )
+    .await
+    .expect("store");
+    create_channel(
+        &store,
+        &ChannelSpec {
+            name: "web".into(),
+            customer_endpoint: "http://127.0.0.1:9/hub".into(),
+            ..ChannelSpec::default()
+        },
+        false,
+        &hub::outbound::Policy::default(),
+    )
+    .await
+    .expect("channel");
+    let config_table: toml::Table =
+        serde_json::from_value(table["config"].clone()).expect("the table's config is a table");
+    let toml_text = format!(
+        "[[destinations]]\nname = \"audit\"\nurl = \"http://127.0.0.1:9/audit\"\n\n\
+         [[plugins]]\nname = \"spam-guard\"\npath = \"{}\"\nkv = true\ndestinations = [\"audit\"]\n\
+         timeout_ms = 5000\n[plugins.config]\n{}\n\
+         [[routes]]\nevents = [\"channel.*\"]\nplugins = [\"spam-guard\"]\non_error = \"skip\"\n",
+        wasm.display(),
+        toml::to_string(&config_table).expect("config as TOML")
+    );
+    let config = Config::parse(&toml_text, &tmp.path().join("hub.toml")).expect("config");
+    // Compiled components are kept across runs: the Python build takes long to compile.
+    let runtime = Runtime::new(repo_root().join("target/polyglot/test-cache"), 4).expect("runtime");
+    let sender = HttpSender::new().expect("http client");
+    let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugin loads");
+    let pipeline = Pipeline::new(WiringHandle::new(wiring), store.clone());
+
+    let mut outcomes = Vec::new();
+    for step in table["steps"].as_array().expect("steps") {
+        let kind = step["kind"].as_str().expect("kind").to_owned();
+        let direction = if kind.starts_with("channel.agent_") {
+            Direction::Out
+        } else {
+            Direction::In
+        };
+        let mut event =
+            Event::new(EventKind::from(kind), direction, step["payload"].clone()).on_channel(1);
+        event.at = step["at"].as_i64().expect("at");
+        let routed = pipeline.run(event).await;
+        outcomes.push(observed(
+            &routed.verdict,
+            &routed.forwards,
+            &routed.event.id.to_string(),
+        ));
+        // As the hub does with the event's change: KV writes and forwards
+        // are kept whatever the verdict, so the next step sees them.
+        let mut w = store.begin_write().await.expect("write");
+        record_effects(
+            &mut w.tx,
+            &routed.event,
+            &routed.forwards,
+            &routed.kv_writes,
+            routed.event.at,
+        )
+        .await
+        .expect("effects");
+        w.commit().await.expect("commit");
+    }
+    let mut kv = serde_json::Map::new();
+    for key in table["kv_after"].as_object().expect("kv_after").keys() {
+        let stored = store.kv_get("spam-guard", key).await.expect("kv");
+        let value = stored.map_or(Value::Null, |s| {
+            serde_json::from_str(&s).expect("a window is JSON")
+        });
+        kv.insert(key.clone(), value);
+    }
+    store.close().await;
+    (outcomes, Value::Object(kv))
+}
+
+#[tokio::test]
+async fn slow_spam_guard_behaves_alike_in_rust_python_and_typescript() {
+    if skip_on_postgres("the plugins' behaviour does not depend on the database") {
+        return;
+    }
+    let table: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/spam-guard-table.json"))
+            .expect("table"),
+    )
+    .expect("the table is JSON");
+    let builds: [(&str, PathBuf); 3] = [
+        ("Rust", plugin_wasm("spam_guard")),
+        ("Python", polyglot_wasm("spam_guard_py")),
+        ("TypeScript", polyglot_wasm("spam_guard_ts")),
+    ];
+    let steps = table["steps"].as_array().expect("steps");
+    for (language, wasm) in &builds {
+        let (outcomes, kv) = run_table(wasm, &table).await;
+        for (step, got) in steps.iter().zip(&outcomes) {
+            assert_eq!(
+                got,
+                &step["expect"],
+                "{language}: step \"{}\"",
+                step["what"].as_str().unwrap_or_default()
+            );
+        }
+        assert_eq!(kv, table["kv_after"], "{language}: the rate windows in KV");
+    }
+}
