@@ -16,6 +16,7 @@ use hub::runtime::Runtime;
 use hub::store::Store;
 use serde_json::{Value, json};
 
+use crate::authoring::{hub_in, json_out, stderr_of};
 use crate::support::{plugin_wasm, polyglot_wasm, repo_root, skip_on_postgres};
 
 /// What one build made of one step of the table, in the table's terms.
@@ -157,4 +158,100 @@ async fn slow_spam_guard_behaves_alike_in_rust_python_and_typescript() {
         }
         assert_eq!(kv, table["kv_after"], "{language}: the rate windows in KV");
     }
+}
+
+/// `./build.sh [test]` of a scaffolded project, with the tools cached under
+/// the repository's `target/polyglot` (shared with `scripts/polyglot.sh`).
+fn build_sh(dir: &Path, args: &[&str]) {
+    let tools = repo_root().join("target/polyglot");
+    let out = std::process::Command::new("./build.sh")
+        .args(args)
+        .current_dir(dir)
+        .env("HUB_PLUGIN_TOOLS", &tools)
+        .env("npm_config_cache", tools.join("npm-cache"))
+        .output()
+        .expect("run build.sh");
+    assert!(
+        out.status.success(),
+        "./build.sh {args:?} failed in {}:\n{}\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The promise of `hub plugin new --lang python|typescript`: the project's
+/// unit tests pass, `./build.sh` makes NAME.wasm and `hub plugin test` runs
+/// it without edits; before the build, `hub plugin test` and `hub check` say
+/// which toolchain step is missing.
+fn a_new_project_builds_and_passes_plugin_test(lang: &str, language: &str) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let made = hub_in(work.path(), &["plugin", "new", "greet", "--lang", lang]);
+    assert!(made.status.success(), "{}", stderr_of(&made));
+    let dir = work.path().join("greet");
+    assert!(
+        String::from_utf8_lossy(&made.stdout).contains("./build.sh"),
+        "the next steps are not shown"
+    );
+
+    let early = hub_in(
+        &dir,
+        &["plugin", "test", "greet.wasm", "--event", "event.json"],
+    );
+    assert!(!early.status.success(), "a missing component was tried");
+    let said = stderr_of(&early);
+    assert!(
+        said.contains(&format!("is a {language} plugin project"))
+            && said.contains("`./build.sh` has not been run"),
+        "{said}"
+    );
+    std::fs::copy(dir.join("hub.toml.fragment"), dir.join("hub.toml")).expect("hub.toml");
+    let check = hub_in(&dir, &["check"]);
+    assert!(
+        !check.status.success(),
+        "hub check passed without the component"
+    );
+    assert!(
+        stderr_of(&check).contains("`./build.sh` has not been run"),
+        "{}",
+        stderr_of(&check)
+    );
+
+    build_sh(&dir, &["test"]);
+    build_sh(&dir, &[]);
+    let tried = json_out(&hub_in(
+        &dir,
+        &["plugin", "test", "greet.wasm", "--event", "event.json"],
+    ));
+    assert_eq!(tried["outcome"], "continue", "{tried}");
+    assert_eq!(tried["changed"], false, "{tried}");
+    let typing = json_out(&hub_in(
+        &dir,
+        &[
+            "plugin",
+            "test",
+            "greet.wasm",
+            "--event",
+            "events/customer_typing.json",
+        ],
+    ));
+    assert_eq!(typing["outcome"], "continue", "{typing}");
+    let checked = hub_in(&dir, &["check"]);
+    assert!(checked.status.success(), "{}", stderr_of(&checked));
+}
+
+#[test]
+fn slow_a_new_python_project_builds_and_passes_plugin_test() {
+    if skip_on_postgres("scaffolds do not depend on the database") {
+        return;
+    }
+    a_new_project_builds_and_passes_plugin_test("python", "Python");
+}
+
+#[test]
+fn slow_a_new_typescript_project_builds_and_passes_plugin_test() {
+    if skip_on_postgres("scaffolds do not depend on the database") {
+        return;
+    }
+    a_new_project_builds_and_passes_plugin_test("typescript", "TypeScript");
 }
