@@ -74,6 +74,8 @@ build() {
 }
 
 unit_tests() {
+    # The payload types are what the schema of plugin-api's types makes.
+    python3 "$root/sdk/gen_payloads.py" --check
     PYTHONPATH="$root/sdk/python:$root/plugins/spam-guard-py" "$venv/bin/python" -m pytest -q \
         -p no:cacheprovider "$root/sdk/python/tests" "$root/plugins/spam-guard-py/tests"
     local t="$tools/ts-test"

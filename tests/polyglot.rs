@@ -255,3 +255,73 @@ fn slow_a_new_typescript_project_builds_and_passes_plugin_test() {
     }
     a_new_project_builds_and_passes_plugin_test("typescript", "TypeScript");
 }
+
+/// The payload type of each event kind that has one, as docs/plugins.md
+/// lists them; the SDKs' payload types are generated from this schema.
+fn payload_schema() -> Value {
+    use plugin_api::schemars::{self, generate::SchemaSettings};
+    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    let mut kinds = serde_json::Map::new();
+    let mut root = |kinds: &mut serde_json::Map<String, Value>, names: &[&str], schema: schemars::Schema| {
+        for name in names {
+            kinds.insert((*name).to_owned(), schema.clone().to_value());
+        }
+    };
+    use plugin_api::{bot, channel, crm, webhook, widget};
+    root(
+        &mut kinds,
+        &["channel.customer_message", "channel.customer_typing"],
+        generator.subschema_for::<channel::CustomerMessage>(),
+    );
+    root(
+        &mut kinds,
+        &["channel.agent_message", "channel.agent_typing"],
+        generator.subschema_for::<channel::AgentMessage>(),
+    );
+    root(
+        &mut kinds,
+        &["widget.offline_message"],
+        generator.subschema_for::<widget::OfflineMessageEvent>(),
+    );
+    root(&mut kinds, &["webhook.*"], generator.subschema_for::<webhook::WebhookEvent>());
+    root(&mut kinds, &["crm.*"], generator.subschema_for::<crm::CrmWebhook>());
+    root(&mut kinds, &["bot.*"], generator.subschema_for::<bot::BotEvent>());
+    let defs: serde_json::Map<String, Value> = generator.take_definitions(true);
+    json!({
+        "about": "The payload of each event kind as the hub hands it to plugins, generated \
+                  from plugin-api's types by tests/polyglot.rs; sdk/gen_payloads.py writes \
+                  the Python and TypeScript SDKs' payload types from it.",
+        "kinds": kinds,
+        "$defs": defs,
+    })
+}
+
+/// The payload types cannot drift: the Rust types' schema must be the one
+/// checked in (`UPDATE_SDK_SCHEMA=1` rewrites it), and the Python and
+/// TypeScript types must be what `sdk/gen_payloads.py` makes of it.
+#[test]
+fn sdk_payload_types_follow_the_rust_types() {
+    let file = repo_root().join("sdk/payloads.schema.json");
+    let schema = serde_json::to_string_pretty(&payload_schema()).expect("schema") + "\n";
+    if std::env::var_os("UPDATE_SDK_SCHEMA").is_some() {
+        std::fs::write(&file, &schema).expect("write the schema");
+    }
+    let checked_in = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        checked_in == schema,
+        "a payload type of plugin-api changed, and sdk/payloads.schema.json did not: run \
+         `UPDATE_SDK_SCHEMA=1 cargo test -p hub --test e2e polyglot::sdk_payload` and \
+         `python3 sdk/gen_payloads.py`, and check the Python and TypeScript SDKs' docs"
+    );
+    let generated = std::process::Command::new("python3")
+        .arg(repo_root().join("sdk/gen_payloads.py"))
+        .arg("--check")
+        .output()
+        .expect("run python3 sdk/gen_payloads.py");
+    assert!(
+        generated.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&generated.stdout),
+        String::from_utf8_lossy(&generated.stderr)
+    );
+}
