@@ -204,7 +204,7 @@ pub fn unbuilt_project(wasm: &std::path::Path) -> Option<String> {
     let (lang, tools) = if dir.join("hub_plugin").is_dir() {
         (
             "Python",
-            "componentize-py from PyPI (Python 3.9+ with venv)",
+            "componentize-py from PyPI (Python 3.11+ with venv)",
         )
     } else if dir.join("package.json").is_file() {
         (
