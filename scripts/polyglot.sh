@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Python and TypeScript plugins: installs the pinned toolchains (PyPI, npm)
 # once into target/polyglot (reruns reuse them), then
-#   ./scripts/polyglot.sh build   builds the SDK examples into target/plugins/polyglot/*.wasm
+#   ./scripts/polyglot.sh build   builds the SDK examples and the Python fault plugin
+#                                 into target/plugins/polyglot/*.wasm
 #   ./scripts/polyglot.sh test    runs the SDKs' and the examples' unit tests (pytest, node --test)
 #   ./scripts/polyglot.sh tools   only installs the toolchains
 # The versions here are the ones `hub plugin new --lang …` writes into a project.
@@ -67,6 +68,9 @@ build() {
     local wit="$root/plugin-api/wit"
     if stale "$out/spam_guard_py.wasm" "$wit" "$root/sdk/python/hub_plugin" "$root/plugins/spam-guard-py"; then
         build_py spam_guard_py "$root/plugins/spam-guard-py" spam_guard
+    fi
+    if stale "$out/fault_py.wasm" "$wit" "$root/sdk/python/hub_plugin" "$root/tests/plugins/fault-py"; then
+        build_py fault_py "$root/tests/plugins/fault-py" fault
     fi
     if stale "$out/spam_guard_ts.wasm" "$wit" "$root/sdk/typescript/src" "$root/plugins/spam-guard-ts"; then
         build_ts spam_guard_ts "$root/plugins/spam-guard-ts"

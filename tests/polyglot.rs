@@ -48,9 +48,16 @@ fn observed(verdict: &Verdict, forwards: &[hub::runtime::Forward], event_id: &st
     out
 }
 
-/// Runs every step of `table` through a pipeline whose one route runs the
-/// plugin in `wasm`; the outcome of each step, and the plugin's KV after.
-async fn run_table(wasm: &Path, table: &Value) -> (Vec<Value>, Value) {
+/// A store with channel 1 `web`, and a pipeline whose one route runs the
+/// plugin in `wasm` (granted KV and the destination `audit`) on `channel.*`.
+struct Loaded {
+    _tmp: tempfile::TempDir,
+    store: Store,
+    runtime: Runtime,
+    pipeline: Pipeline,
+}
+
+async fn load(wasm: &Path, limits: &str, config: &Value) -> Loaded {
     let tmp = tempfile::tempdir().expect("temp dir");
     let store = Store::open(
         &format!("sqlite://{}", tmp.path().join("hub.db").display()),
@@ -71,11 +78,11 @@ async fn run_table(wasm: &Path, table: &Value) -> (Vec<Value>, Value) {
     .await
     .expect("channel");
     let config_table: toml::Table =
-        serde_json::from_value(table["config"].clone()).expect("the table's config is a table");
+        serde_json::from_value(config.clone()).expect("the config is a table");
     let toml_text = format!(
         "[[destinations]]\nname = \"audit\"\nurl = \"http://127.0.0.1:9/audit\"\n\n\
          [[plugins]]\nname = \"spam-guard\"\npath = \"{}\"\nkv = true\ndestinations = [\"audit\"]\n\
-         timeout_ms = 5000\n[plugins.config]\n{}\n\
+         {limits}\n[plugins.config]\n{}\n\
          [[routes]]\nevents = [\"channel.*\"]\nplugins = [\"spam-guard\"]\non_error = \"skip\"\n",
         wasm.display(),
         toml::to_string(&config_table).expect("config as TOML")
@@ -86,7 +93,23 @@ async fn run_table(wasm: &Path, table: &Value) -> (Vec<Value>, Value) {
     let sender = HttpSender::new().expect("http client");
     let (wiring, _) = Wiring::load(&config, &runtime, &store, &sender).expect("plugin loads");
     let pipeline = Pipeline::new(WiringHandle::new(wiring), store.clone());
+    Loaded {
+        _tmp: tmp,
+        store,
+        runtime,
+        pipeline,
+    }
+}
 
+/// Runs every step of `table` through a pipeline whose one route runs the
+/// plugin in `wasm`; the outcome of each step, and the plugin's KV after.
+async fn run_table(wasm: &Path, table: &Value) -> (Vec<Value>, Value) {
+    let Loaded {
+        _tmp,
+        store,
+        pipeline,
+        ..
+    } = load(wasm, "timeout_ms = 5000", &table["config"]).await;
     let mut outcomes = Vec::new();
     for step in table["steps"].as_array().expect("steps") {
         let kind = step["kind"].as_str().expect("kind").to_owned();
@@ -262,11 +285,12 @@ fn payload_schema() -> Value {
     use plugin_api::schemars::{self, generate::SchemaSettings};
     let mut generator = SchemaSettings::draft2020_12().into_generator();
     let mut kinds = serde_json::Map::new();
-    let mut root = |kinds: &mut serde_json::Map<String, Value>, names: &[&str], schema: schemars::Schema| {
-        for name in names {
-            kinds.insert((*name).to_owned(), schema.clone().to_value());
-        }
-    };
+    let mut root =
+        |kinds: &mut serde_json::Map<String, Value>, names: &[&str], schema: schemars::Schema| {
+            for name in names {
+                kinds.insert((*name).to_owned(), schema.clone().to_value());
+            }
+        };
     use plugin_api::{bot, channel, crm, webhook, widget};
     root(
         &mut kinds,
@@ -283,9 +307,21 @@ fn payload_schema() -> Value {
         &["widget.offline_message"],
         generator.subschema_for::<widget::OfflineMessageEvent>(),
     );
-    root(&mut kinds, &["webhook.*"], generator.subschema_for::<webhook::WebhookEvent>());
-    root(&mut kinds, &["crm.*"], generator.subschema_for::<crm::CrmWebhook>());
-    root(&mut kinds, &["bot.*"], generator.subschema_for::<bot::BotEvent>());
+    root(
+        &mut kinds,
+        &["webhook.*"],
+        generator.subschema_for::<webhook::WebhookEvent>(),
+    );
+    root(
+        &mut kinds,
+        &["crm.*"],
+        generator.subschema_for::<crm::CrmWebhook>(),
+    );
+    root(
+        &mut kinds,
+        &["bot.*"],
+        generator.subschema_for::<bot::BotEvent>(),
+    );
     let defs: serde_json::Map<String, Value> = generator.take_definitions(true);
     json!({
         "about": "The payload of each event kind as the hub hands it to plugins, generated \
@@ -324,4 +360,55 @@ fn sdk_payload_types_follow_the_rust_types() {
         String::from_utf8_lossy(&generated.stdout),
         String::from_utf8_lossy(&generated.stderr)
     );
+}
+
+/// The containment bench's hostile modes, built from Python
+/// (`tests/plugins/fault-py`): each is held to its limit and fails only its
+/// own call, which the route skips; the next call of the plugin works.
+#[tokio::test]
+async fn slow_a_hostile_python_plugin_is_held_to_the_same_bounds() {
+    if skip_on_postgres("the plugins' behaviour does not depend on the database") {
+        return;
+    }
+    let wasm = polyglot_wasm("fault_py");
+    let cases = [
+        ("loop", "timeout_ms = 300", "timeout"),
+        ("memory", "memory_mb = 48\ntimeout_ms = 5000", "failed"),
+        ("trap", "timeout_ms = 5000", "failed"),
+        ("error", "timeout_ms = 5000", "failed"),
+        (
+            "huge_output",
+            "max_output_bytes = 65536\ntimeout_ms = 5000",
+            "output_too_large",
+        ),
+        ("log_flood", "timeout_ms = 5000", ""),
+    ];
+    for (fault, limits, kind) in cases {
+        let loaded = load(&wasm, limits, &json!({ "fault": fault, "count": 990 })).await;
+        let customer = || {
+            Event::new(
+                EventKind::CUSTOMER_MESSAGE,
+                Direction::In,
+                json!({"sender": {"id": 7}, "message": {"type": "text", "text": "hi"}}),
+            )
+            .on_channel(1)
+        };
+        let routed = loaded.pipeline.run(customer()).await;
+        assert!(
+            matches!(routed.verdict, Verdict::Continue),
+            "{fault}: {:?}",
+            routed.verdict
+        );
+        let snapshot = loaded.runtime.counters().snapshot();
+        let counted = snapshot.get("spam-guard").expect("counters");
+        let errors: Vec<&str> = counted
+            .errors
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, _)| *k)
+            .collect();
+        let expected: Vec<&str> = if kind.is_empty() { vec![] } else { vec![kind] };
+        assert_eq!(errors, expected, "{fault}: the error counted");
+        loaded.store.close().await;
+    }
 }
