@@ -285,7 +285,7 @@ fn payload_schema() -> Value {
     use plugin_api::schemars::{self, generate::SchemaSettings};
     let mut generator = SchemaSettings::draft2020_12().into_generator();
     let mut kinds = serde_json::Map::new();
-    let mut root =
+    let root =
         |kinds: &mut serde_json::Map<String, Value>, names: &[&str], schema: schemars::Schema| {
             for name in names {
                 kinds.insert((*name).to_owned(), schema.clone().to_value());

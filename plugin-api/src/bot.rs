@@ -294,7 +294,11 @@ fn parse_answer(item: &serde_json::Value, now: i64) -> Result<BotAnswer, String>
 
 /// A bot exchange message, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "BotMessageContent"))]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "BotMessageContent")
+)]
 #[serde(tag = "type", rename_all = "UPPERCASE")]
 pub enum Message {
     Text(TextMessage),

@@ -293,7 +293,11 @@ pub struct StatusAssignment {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "CrmTag"))]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "CrmTag")
+)]
 pub struct Tag {
     pub tag_id: NumericId,
     pub title: String,
@@ -382,7 +386,11 @@ pub struct OrganizationCreated {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "CrmOrganization"))]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "CrmOrganization")
+)]
 pub struct Organization {
     pub organization_id: NumericId,
     pub name: String,
