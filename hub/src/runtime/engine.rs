@@ -20,16 +20,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 const CORE_INSTANCES_PER_PLUGIN: u32 = 16;
 const MEMORIES_PER_PLUGIN: u32 = 2;
 const TABLES_PER_PLUGIN: u32 = 16;
-/// Low bytes of each pooled memory kept resident between calls: covers a Rust
-/// guest's stack, data and the start of its heap, and the snapshot pages a
-/// Python or JavaScript interpreter writes in a call (CPython's reference
-/// counts touch most objects it reads), which would otherwise fault in anew
-/// from the copy-on-write image every call. Only pages a call dirtied are
-/// reset (PAGEMAP_SCAN), so a small guest pays nothing for the size.
-const KEEP_RESIDENT: usize = 4 << 20;
-/// The same for tables: the interpreters' funcref tables hold thousands of
-/// entries.
-const TABLE_KEEP_RESIDENT: usize = 512 << 10;
+/// Low bytes of each pooled memory kept resident between calls; covers a Rust
+/// guest's stack, data and the start of its heap.
+const KEEP_RESIDENT: usize = 1 << 20;
 /// The guard after a 4 GiB reservation: covers the largest static offset
 /// a load or store adds to its address (wasmtime's default on 64-bit).
 const GUARD_BYTES: u64 = 32 << 20;
@@ -85,7 +78,7 @@ fn config(slots: u32, reservation: Reservation) -> Config {
         // kernel has it, else memset of the low addresses) instead of
         // returning them to the kernel.
         .linear_memory_keep_resident(KEEP_RESIDENT)
-        .table_keep_resident(TABLE_KEEP_RESIDENT)
+        .table_keep_resident(64 << 10)
         .pagemap_scan(Enabled::Auto);
 
     let mut config = Config::new();
