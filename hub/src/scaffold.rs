@@ -578,6 +578,48 @@ mod tests {
     }
 
     #[test]
+    fn python_and_typescript_projects() {
+        let base = std::env::temp_dir().join(format!("hub-scaffold-langs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let py = new_plugin_in(Lang::Python, "word-filter", &base.join("py")).expect("python");
+        assert_eq!(py.wasm, "word-filter.wasm");
+        let module = std::fs::read_to_string(py.dir.join("word_filter.py")).expect("module");
+        assert!(module.contains("class WordFilter(Plugin)"), "{module}");
+        assert!(py.dir.join("hub_plugin/sdk.py").is_file());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(py.dir.join("build.sh"))
+                .expect("build.sh")
+                .permissions();
+            assert_eq!(mode.mode() & 0o111, 0o111, "build.sh is not executable");
+        }
+        assert!(matches!(
+            new_plugin_in(Lang::Python, "json", &base.join("json")),
+            Err(ScaffoldError::Reserved(_))
+        ));
+
+        let ts = new_plugin_in(Lang::TypeScript, "Word-Filter", &base.join("ts")).expect("ts");
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(ts.dir.join("package.json")).expect("package.json"),
+        )
+        .expect("package.json is JSON");
+        assert_eq!(manifest["name"], "word-filter");
+        assert_eq!(
+            manifest["devDependencies"]["@bytecodealliance/componentize-js"],
+            "0.23.0"
+        );
+        let lock: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(ts.dir.join("package-lock.json")).expect("lock"),
+        )
+        .expect("the lock is JSON");
+        assert_eq!(lock["name"], "word-filter");
+        assert_eq!(lock["packages"][""]["name"], "word-filter");
+        assert!("kotlin".parse::<Lang>().is_err());
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
     fn writes_every_file_and_refuses_a_full_directory() {
         let dir = std::env::temp_dir().join(format!("hub-scaffold-unit-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
