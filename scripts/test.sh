@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs what the suite
-# needs (the wasm32-wasip2 target, PostgreSQL, chromium and playwright-core),
+# needs (the wasm32-wasip2 target, componentize-py and componentize-js,
+# PostgreSQL, chromium and playwright-core),
 # builds the plugins, runs their native unit tests, then the hub's unit and
 # end-to-end tests on SQLite and again on PostgreSQL, then the widget's and the
 # console's tests in a real browser.
@@ -11,6 +12,12 @@ cd "$(dirname "$0")/.."
 # and bots are loopback HTTP servers.
 ./scripts/build-plugins.sh
 ./scripts/test-plugins.sh
+# Python and TypeScript plugins: the pinned toolchains from PyPI and npm,
+# cached under target/polyglot (reruns install nothing), the SDKs' and the
+# examples' unit tests (pytest, node --test), the example components
+# (tests/polyglot.rs runs them and the `hub plugin new --lang` projects).
+./scripts/polyglot.sh build
+./scripts/polyglot.sh test
 # The battery (tests/battery/, run by `cargo test` in its short mode) checks
 # the database its crashes leave with the sqlite3 program: Debian's package,
 # installed if missing.

@@ -14,7 +14,7 @@ use crate::support::{
 };
 
 /// `hub <args…>` in `dir`, without the developer's own `HUB_*` variables.
-fn hub_in(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn hub_in(dir: &Path, args: &[&str]) -> Output {
     hub_command(Command::new(env!("CARGO_BIN_EXE_hub")), dir, args)
         .output()
         .expect("run hub")
@@ -41,7 +41,7 @@ async fn hub_async(dir: &Path, args: &[&str]) -> Output {
     .expect("hub command")
 }
 
-fn stderr_of(o: &Output) -> String {
+pub(crate) fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -49,7 +49,7 @@ fn stdout_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn json_out(o: &Output) -> Value {
+pub(crate) fn json_out(o: &Output) -> Value {
     assert!(o.status.success(), "hub failed: {}", stderr_of(o));
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", stdout_of(o)))

@@ -20,6 +20,7 @@ mod layout;
 mod metrics;
 mod outbound;
 mod plugins;
+mod polyglot;
 mod postgres;
 mod process;
 mod scaleout;

@@ -13,6 +13,8 @@
 //! and the plugin's `time_share` per channel) or neither; with both, each
 //! scenario runs once each way, side by side. BENCH_SHARE=<seconds> sets
 //! the plugin's `time_share` of the protected runs (default: the hub's).
+//! BENCH_FAULT=python runs the same hostile modes built from Python
+//! (`tests/plugins/fault-py`, built by `scripts/polyglot.sh`).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -24,7 +26,15 @@ use serde_json::json;
 
 mod common;
 
-use common::{create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
+use common::{create_channel, env_or, guard_backtraces, memory_kib, plugins_dir, polyglot_dir};
+
+/// The hostile plugin's file: the Rust fault plugin, or its Python twin.
+fn fault_wasm() -> (std::path::PathBuf, &'static str) {
+    match std::env::var("BENCH_FAULT").as_deref() {
+        Ok("python") => (polyglot_dir(), "fault_py.wasm"),
+        _ => (plugins_dir(), "fault.wasm"),
+    }
+}
 
 const ADMIN: &str = "bench-admin-token-0123456789";
 
@@ -115,9 +125,10 @@ async fn bench() {
         Ok("default") => &[true],
         _ => &[false, true],
     };
-    let plugins = plugins_dir();
+    let (fault_dir, fault) = fault_wasm();
+    let wasm = fault_dir.join(fault);
     println!(
-        "containment benchmark: hostile plugin on one channel ({hostile} senders at once), \
+        "containment benchmark ({fault}): hostile plugin on one channel ({hostile} senders at once), \
          {rate} ordinary messages/s on another, {} s per phase, `hub serve` release build",
         secs.as_secs()
     );
@@ -127,7 +138,7 @@ async fn bench() {
         .flat_map(|s| limits.iter().map(move |l| (s, *l)));
     for (s, rate_limited) in runs {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut hub = Served::start(dir.path(), s, &plugins, rate_limited).await;
+        let mut hub = Served::start(dir.path(), s, &wasm, rate_limited).await;
         let before_db = db_bytes(dir.path());
         let baseline = ordinary(&hub, rate, secs).await;
         let log_before = log_bytes(dir.path());
@@ -204,7 +215,7 @@ struct Served {
 }
 
 impl Served {
-    async fn start(dir: &Path, s: &Scenario, plugins: &Path, rate_limited: bool) -> Served {
+    async fn start(dir: &Path, s: &Scenario, wasm: &Path, rate_limited: bool) -> Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -224,7 +235,7 @@ impl Served {
             } else {
                 "[limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n\n"
             },
-            plugins.join("fault.wasm").display(),
+            wasm.display(),
             if rate_limited {
                 // BENCH_SHARE tries another `time_share` than the default.
                 match std::env::var("BENCH_SHARE") {

@@ -11,6 +11,10 @@
 //! (default 4096, memory written between two events of the cold runs; 0
 //! skips them), BENCH_PLUGINS_DIR (`redact.wasm` and `fault.wasm` built
 //! another way, instead of building the repository's).
+//! Last, spam-guard in Rust, Python and TypeScript side by side: component
+//! size, first compile, µs per call with a fresh instance, page faults per
+//! call and memory per loaded plugin. BENCH_ONLY=languages runs only that;
+//! BENCH_POLYGLOT_DIR names prebuilt `spam_guard_py.wasm`/`spam_guard_ts.wasm`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,7 +32,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{env_or, guard_backtraces, plugins_dir};
+use common::{env_or, guard_backtraces, memory_kib, minor_faults, plugins_dir, polyglot_dir};
 
 /// One plugin of a chain: its name, the `.wasm` it loads and its config table.
 type Link<'a> = (&'a str, &'a str, &'a str);
@@ -185,6 +189,11 @@ async fn bench() {
         sender,
     };
 
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("languages") {
+        languages(&setup, events, slots).await;
+        setup.store.close().await;
+        return;
+    }
     let (noop, redact) = (NOOP, REDACT);
     let runs: [(&str, Vec<Link<'_>>); 5] = [
         ("0 plugins", vec![]),
@@ -260,7 +269,94 @@ async fn bench() {
     if cold_kb > 0 {
         cold(&setup, events, cold_kb << 10).await;
     }
+    languages(&setup, events, slots).await;
     setup.store.close().await;
+}
+
+/// spam-guard's pattern check (the message passes, no KV) built from Rust,
+/// Python and TypeScript: what each costs to ship, load and call.
+async fn languages(setup: &Setup, events: usize, slots: u32) {
+    let polyglot = polyglot_dir();
+    let builds = [
+        ("Rust", setup.plugins.join("spam_guard.wasm")),
+        ("Python", polyglot.join("spam_guard_py.wasm")),
+        ("TypeScript", polyglot.join("spam_guard_ts.wasm")),
+    ];
+    println!(
+        "\nspam-guard in three languages ({events} sequential events each, patterns only, the \
+         message passes; a fresh instance per call):"
+    );
+    println!(
+        "{:<11} {:>8} {:>10} {:>8} {:>8} {:>26} {:>11} {:>11}",
+        "language",
+        "size MB",
+        "compile s",
+        "p50 µs",
+        "p99 µs",
+        "inst + guest + teardown µs",
+        "faults/call",
+        "RSS MiB"
+    );
+    for (language, wasm) in builds {
+        let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
+        let rss_before = memory_kib(std::process::id(), "VmRSS");
+        // A runtime of its own with an empty cache: the first compile is timed.
+        let cache = setup.tmp.path().join(format!("cache-{language}"));
+        let runtime = Runtime::new(cache, slots).expect("runtime");
+        let toml = format!(
+            "[[plugins]]\nname = \"guard\"\npath = \"{}\"\ntimeout_ms = 1000\n\
+             [plugins.config]\npatterns = [\"casino\", \"cheap pills\"]\nmax_messages = 0\n\n\
+             [[routes]]\nevents = [\"channel.customer_message\"]\nplugins = [\"guard\"]\n",
+            wasm.display()
+        );
+        let file = setup.tmp.path().join("hub.toml");
+        let config = Config::parse(&toml, &file).expect("config");
+        let started = Instant::now();
+        let (wiring, _) =
+            Wiring::load(&config, &runtime, &setup.store, &setup.sender).expect("plugin loads");
+        let compile = started.elapsed();
+        let pipeline = Arc::new(Pipeline::new(
+            WiringHandle::new(wiring),
+            setup.store.clone(),
+        ));
+        let before = runtime.counters().snapshot();
+        let faults = minor_faults();
+        let f = measure(pipeline.clone(), events, 0, 0).await;
+        let faults = minor_faults().saturating_sub(faults);
+        let after = runtime.counters().snapshot();
+        let rss_after = memory_kib(std::process::id(), "VmRSS");
+        let (a, b) = (after.get("guard"), before.get("guard"));
+        let per_call = |f: fn(&hub::runtime::Snapshot) -> u64| match a {
+            Some(a) => {
+                let calls = a.calls.saturating_sub(b.map_or(0, |b| b.calls)).max(1) as f64;
+                f(a).saturating_sub(b.map_or(0, f)) as f64 / calls / 1e3
+            }
+            None => 0.0,
+        };
+        let phases = format!(
+            "{:.1} + {:.1} + {:.1}",
+            per_call(|s| s.instantiate_nanos),
+            per_call(|s| s.guest_nanos),
+            per_call(|s| s.teardown_nanos)
+        );
+        // Warm-up calls included: the faults of `measure`'s 200 first calls are in.
+        let calls = (events + 200) as f64;
+        println!(
+            "{language:<11} {:>8.1} {:>10.2} {:>8.1} {:>8.1} {phases:>26} {:>11.1} {:>11.1}",
+            size as f64 / 1e6,
+            compile.as_secs_f64(),
+            f.p50.as_secs_f64() * 1e6,
+            f.p99.as_secs_f64() * 1e6,
+            faults as f64 / calls,
+            rss_after.saturating_sub(rss_before) as f64 / 1024.0,
+        );
+        drop(pipeline);
+    }
+    println!(
+        "(compile: the first load, Cranelift on an empty cache; later loads read the cache. \
+         RSS: what the process grew by loading the plugin and running its calls: code, the \
+         copy-on-write image and the pages its instances keep resident between calls)"
+    );
 }
 
 /// The sequential latency again with `bytes` written between two events:

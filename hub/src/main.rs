@@ -101,13 +101,17 @@ enum DeliveriesCommand {
 
 #[derive(Subcommand)]
 enum PluginCommand {
-    /// Write a new plugin crate that builds and passes `hub plugin test` as it is.
+    /// Write a new plugin project that builds and passes `hub plugin test` as it is.
     New {
         /// The plugin's name: letters, digits, `-` and `_`, starting with a letter.
         name: String,
-        /// Where to write the crate (default: ./NAME); must not exist or be empty.
+        /// Where to write the project (default: ./NAME); must not exist or be empty.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// The plugin's language: rust (a crate), python or typescript (a
+        /// project that `./build.sh` builds into NAME.wasm).
+        #[arg(long, default_value = "rust")]
+        lang: scaffold::Lang,
     },
     /// Run one plugin on one recorded event; prints the outcome as JSON and
     /// the plugin's logs on stderr.
@@ -355,9 +359,9 @@ fn init_tracing(log: &hub::config::LogConfig, file: &Path, quiet_store: bool) ->
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    if let Command::Plugin(PluginCommand::New { name, dir }) = &cli.command {
+    if let Command::Plugin(PluginCommand::New { name, dir, lang }) = &cli.command {
         init_tracing(&hub::config::LogConfig::default(), &cli.config, false)?;
-        return plugin_new(name, dir.as_deref());
+        return plugin_new(*lang, name, dir.as_deref());
     }
     let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
     // A plugin file can be tried where there is no hub.toml at all.
@@ -497,16 +501,16 @@ async fn check(file: &std::path::Path, config: &Config) -> Result<()> {
 
 async fn plugin(config: Config, cmd: PluginCommand) -> Result<()> {
     match cmd {
-        PluginCommand::New { name, dir } => plugin_new(&name, dir.as_deref()),
+        PluginCommand::New { name, dir, lang } => plugin_new(lang, &name, dir.as_deref()),
         PluginCommand::Test(args) if args.watch => watch(&config, &args).await,
         PluginCommand::Test(args) => test_once(&config, &args).await,
         PluginCommand::Kv { name, json } => plugin_kv(&config, &name, json).await,
     }
 }
 
-fn plugin_new(name: &str, dir: Option<&Path>) -> Result<()> {
+fn plugin_new(lang: scaffold::Lang, name: &str, dir: Option<&Path>) -> Result<()> {
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
-    let written = scaffold::new_plugin(name, &dir)?;
+    let written = scaffold::new_plugin_in(lang, name, &dir)?;
     let mut text = format!("created plugin `{name}` in {}:\n", written.dir.display());
     for file in &written.files {
         text.push_str(&format!("  {file}\n"));
@@ -518,13 +522,22 @@ fn plugin_new(name: &str, dir: Option<&Path>) -> Result<()> {
             written.plugin_api.display()
         ));
     }
-    text.push_str(&format!(
-        "next, in {} (once: rustup target add wasm32-wasip2):\n  cargo test\n  \
-         cargo build --release --target wasm32-wasip2\n  \
-         hub plugin test {} events/customer_message.json",
-        written.dir.display(),
-        written.wasm
-    ));
+    if lang == scaffold::Lang::Rust {
+        text.push_str(&format!(
+            "next, in {} (once: rustup target add wasm32-wasip2):\n  cargo test\n  \
+             cargo build --release --target wasm32-wasip2\n  \
+             hub plugin test {} events/customer_message.json",
+            written.dir.display(),
+            written.wasm
+        ));
+    } else {
+        text.push_str(&format!(
+            "next, in {} (the first run installs the pinned tools):\n  ./build.sh test\n  \
+             ./build.sh\n  hub plugin test {} --event event.json",
+            written.dir.display(),
+            written.wasm
+        ));
+    }
     out(&text)
 }
 

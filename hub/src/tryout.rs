@@ -166,6 +166,11 @@ pub fn plugin_config(
         return Ok((p, path));
     }
     let path = PathBuf::from(name_or_path);
+    if let Some(hint) = crate::runtime::unbuilt_project(&path) {
+        return Err(TryoutError::Setup(format!(
+            "{name_or_path} is missing: {hint}"
+        )));
+    }
     if !path.is_file() {
         return Err(TryoutError::Setup(format!(
             "`{name_or_path}` is neither a plugin of the configuration nor a .wasm file"

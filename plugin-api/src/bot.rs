@@ -16,6 +16,7 @@ pub const MAX_BUTTONS: usize = 3;
 /// `client_id` and `chat_id` are written as strings because providers require
 /// them so; they are read from numbers too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum BotEvent {
     ClientMessage(ClientMessage),
@@ -73,6 +74,7 @@ impl BotEvent {
 
 /// A client's message, hub to provider.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientMessage {
     /// A UUID: providers de-duplicate on it because the hub retries.
     pub id: Label,
@@ -91,6 +93,7 @@ pub struct ClientMessage {
 
 /// The client who wrote; unlike the event's `client_id`, providers get the id as a number.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Sender {
     pub id: NumericId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +112,7 @@ pub struct Sender {
 
 /// The channel the client writes through (`widget`, a messenger, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Channel {
     pub id: Label,
     #[serde(rename = "type")]
@@ -118,6 +122,7 @@ pub struct Channel {
 /// The provider's answer; `id` and `client_id` are optional because real
 /// providers omit them and `chat_id` is enough to find the chat.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BotMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,
@@ -129,6 +134,7 @@ pub struct BotMessage {
 
 /// The provider hands the dialogue to an agent; as sloppy as `BOT_MESSAGE`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InviteAgent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,
@@ -140,6 +146,7 @@ pub struct InviteAgent {
 /// `AGENT_JOINED`, `AGENT_UNAVAILABLE` and `CHAT_CLOSED`, all hub to provider.
 /// The spec shows no fields for `CHAT_CLOSED`; the hub sends the same three.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChatNotice {
     pub id: Label,
     pub client_id: Label,
@@ -150,6 +157,7 @@ pub struct ChatNotice {
 /// fields; providers send them in a `client_info` object (some say
 /// `contact_info`, some put them at the top level): all three are read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,
@@ -182,6 +190,7 @@ impl ClientInfo {
 
 /// A client's contact details, as the widget's contact info has them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Contacts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -285,6 +294,11 @@ fn parse_answer(item: &serde_json::Value, now: i64) -> Result<BotAnswer, String>
 
 /// A bot exchange message, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "BotMessageContent")
+)]
 #[serde(tag = "type", rename_all = "UPPERCASE")]
 pub enum Message {
     Text(TextMessage),
@@ -361,6 +375,7 @@ impl Message {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TextMessage {
     pub text: String,
     /// The button the client clicked, when the text is a prepared answer.
@@ -370,6 +385,7 @@ pub struct TextMessage {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MarkdownMessage {
     pub content: String,
     /// Fallback for channels without Markdown; without it the message is not sent.
@@ -381,6 +397,7 @@ pub struct MarkdownMessage {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ButtonsMessage {
     #[serde(default)]
     pub title: String,
@@ -394,6 +411,7 @@ pub struct ButtonsMessage {
 
 /// A prepared answer; one variant of the interface gives it no `id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Button {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -403,6 +421,7 @@ pub struct Button {
 /// Unix time. The spec's table says string, its samples and every provider use
 /// a number; both are read and the JSON type is kept, so echoes are exact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum Timestamp {
     Number(Number),
@@ -445,17 +464,20 @@ fn at_most_max_buttons<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Button>, D
 
 /// The body of an error answer in either direction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     pub code: ErrorCode,
     pub message: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The token in the path names no bot channel.

@@ -14,6 +14,7 @@ pub const MAX_TEXT_CHARS: usize = 1000;
 
 /// A customer message as posted to `{base_url}/<random_string>/<public_id>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CustomerMessage {
     pub sender: CustomerSender,
     pub message: Message,
@@ -22,6 +23,7 @@ pub struct CustomerMessage {
 /// The customer as the integrator describes them; every field but `id` updates
 /// the client's profile when present.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CustomerSender {
     pub id: ExternalId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,6 +42,7 @@ pub struct CustomerSender {
 
 /// An agent message as posted to `{customer_endpoint}/<public_id>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentMessage {
     pub sender: AgentSender,
     pub recipient: Recipient,
@@ -47,6 +50,7 @@ pub struct AgentMessage {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentSender {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,12 +60,14 @@ pub struct AgentSender {
 /// The customer an agent message is for: `id` is the customer's `sender.id`,
 /// returned unchanged (same JSON type).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Recipient {
     pub id: ExternalId,
 }
 
 /// A message body of either direction, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Message {
     Text(Text),
@@ -77,6 +83,7 @@ pub enum Message {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Text {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,
@@ -85,6 +92,7 @@ pub struct Text {
 
 /// Fields of the file-carrying types (video, audio, voice, photo, sticker, document).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Media {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,
@@ -110,6 +118,7 @@ pub struct Media {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Location {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Label>,

@@ -13,6 +13,19 @@ use crate::webhook::NumericId;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Flag(pub bool);
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Flag {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Flag".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "integer", "enum": [0, 1] })
+    }
+}
+
 impl Serialize for Flag {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u8(u8::from(self.0))
@@ -34,6 +47,7 @@ impl<'de> Deserialize<'de> for Flag {
 
 /// A CRM webhook request body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CrmWebhook {
     pub site_id: NumericId,
     /// Written as `event_type` plus `event`, so a type can only carry its own names.
@@ -43,6 +57,7 @@ pub struct CrmWebhook {
 
 /// The entity category (`event_type`) with its action and data (`event`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_type", content = "event", rename_all = "snake_case")]
 pub enum CrmEvent {
     CrmPipeline(PipelineEvent),
@@ -123,6 +138,7 @@ impl CrmEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum PipelineEvent {
     CreatedPipeline(Pipeline),
@@ -132,6 +148,7 @@ pub enum PipelineEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum StatusEvent {
     CreatedStatus(Category),
@@ -145,6 +162,7 @@ pub enum StatusEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum TagEvent {
     CreatedClientTag(Tag),
@@ -157,6 +175,7 @@ pub enum TagEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum DealEvent {
     CreatedDeal(Deal),
@@ -165,6 +184,7 @@ pub enum DealEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum TaskEvent {
     CreatedTask(Task),
@@ -178,6 +198,7 @@ pub enum TaskEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum OrganizationEvent {
     CreatedOrganization(OrganizationCreated),
@@ -185,6 +206,7 @@ pub enum OrganizationEvent {
 
 /// Every client event carries the whole client, whatever changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum ClientEvent {
     AssignedAgentToClient(Client),
@@ -197,6 +219,7 @@ pub enum ClientEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Pipeline {
     pub pipeline_id: NumericId,
     pub title: String,
@@ -209,6 +232,7 @@ pub struct Pipeline {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PipelineStage {
     pub pipeline_status_id: NumericId,
     pub title: String,
@@ -223,6 +247,7 @@ pub struct PipelineStage {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StageType {
     System,
@@ -230,6 +255,7 @@ pub enum StageType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FinalStatus {
     Successful,
@@ -237,6 +263,7 @@ pub enum FinalStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RejectReason {
     pub pipeline_reject_reason_id: NumericId,
     pub title: String,
@@ -245,6 +272,7 @@ pub struct RejectReason {
 
 /// A client category (the spec's "status").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Category {
     pub status_id: NumericId,
     pub title: String,
@@ -258,12 +286,18 @@ pub struct Category {
 
 /// `assigned_status`: a client got a category.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StatusAssignment {
     pub status: Category,
     pub client: Box<Client>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "CrmTag")
+)]
 pub struct Tag {
     pub tag_id: NumericId,
     pub title: String,
@@ -271,6 +305,7 @@ pub struct Tag {
 
 /// `merged_client_tag`: `merged_tags` were folded into `tag`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TagMerge {
     pub tag: Tag,
     pub merged_tags: Vec<Tag>,
@@ -278,12 +313,14 @@ pub struct TagMerge {
 
 /// `changed_administrator_only_client_tag`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TagSetting {
     /// Set: only administrators may create tags; clear: all employees may.
     pub enabled: Flag,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Deal {
     pub deal_id: NumericId,
     pub client: ClientRef,
@@ -302,6 +339,7 @@ pub struct Deal {
 
 /// Where a deal stands in its pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DealPipeline {
     pub pipeline_id: NumericId,
     pub pipeline_status: PipelineStatusRef,
@@ -309,11 +347,13 @@ pub struct DealPipeline {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PipelineStatusRef {
     pub pipeline_status_id: NumericId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RejectReasonRef {
     /// `null` unless the deal was lost.
     #[serde(default)]
@@ -321,6 +361,7 @@ pub struct RejectReasonRef {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Task {
     pub task_id: NumericId,
     pub text: String,
@@ -339,17 +380,24 @@ pub struct Task {
 
 /// `created_organization` carries nothing but the id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct OrganizationCreated {
     pub organization_id: NumericId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "CrmOrganization")
+)]
 pub struct Organization {
     pub organization_id: NumericId,
     pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Client {
     pub client_id: NumericId,
     pub widget: WidgetRef,
@@ -381,6 +429,7 @@ pub struct Client {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Contact {
     pub contact_type: ContactType,
     pub contact: String,
@@ -389,6 +438,7 @@ pub struct Contact {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContactType {
     Phone,
@@ -396,6 +446,7 @@ pub enum ContactType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContactSource {
     /// Entered by an agent in the agent application.
@@ -405,6 +456,7 @@ pub enum ContactSource {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Blacklist {
     /// The agent who blocked the client.
     pub agent: AgentRef,
@@ -414,22 +466,26 @@ pub struct Blacklist {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientRef {
     pub client_id: NumericId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WidgetRef {
     /// A string like the event webhooks' `widget_id`.
     pub widget_id: Label,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentRef {
     pub agent_id: NumericId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AssignedAgentRef {
     /// `null` when nobody is assigned.
     #[serde(default)]
@@ -437,11 +493,13 @@ pub struct AssignedAgentRef {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CreatorAgentRef {
     pub creator_agent_id: NumericId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DealRef {
     pub deal_id: NumericId,
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// An identifier chosen by the other side; the JSON type is preserved so that an
 /// echo (`recipient.id` of an agent message) is byte-for-byte what was received.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum ExternalId {
     Int(i64),
@@ -40,6 +41,7 @@ impl fmt::Display for ExternalId {
 
 /// A label that some senders write as a number; always read as text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct Label(pub String);
 

@@ -20,3 +20,7 @@ pub mod sdk;
 pub mod testing;
 pub mod webhook;
 pub mod widget;
+
+/// For the schema of the payload types (tests/polyglot.rs writes sdk/payloads.schema.json).
+#[cfg(feature = "schema")]
+pub use schemars;

@@ -13,6 +13,7 @@ use crate::widget::CustomDataField;
 /// An identifier the spec types as a number that some senders quote (`"3599"`):
 /// read either way, always written as a number. The CRM and bot payloads use it too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct NumericId(pub i64);
 
@@ -43,6 +44,7 @@ impl fmt::Display for NumericId {
 
 /// The visitor as known when the event fires.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Visitor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -61,6 +63,7 @@ pub struct Visitor {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Organization {
     pub id: NumericId,
     pub name: String,
@@ -68,12 +71,14 @@ pub struct Organization {
 
 /// The client's category.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Status {
     pub id: NumericId,
     pub title: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AssignedAgent {
     pub id: NumericId,
     pub email: String,
@@ -81,12 +86,14 @@ pub struct AssignedAgent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Tag {
     pub id: NumericId,
     pub title: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Department {
     pub id: NumericId,
     pub name: String,
@@ -95,6 +102,7 @@ pub struct Department {
 /// The visitor's browsing session; any part may be unknown (no geo data for a
 /// private address, no UTM for a direct visit), so every field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geoip: Option<GeoIp>,
@@ -112,6 +120,7 @@ pub struct Session {
 /// All strings on the wire, coordinates and region codes included; numbers are
 /// accepted because geo databases hand them out as numbers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GeoIp {
     #[serde(
         default,
@@ -164,6 +173,7 @@ pub struct GeoIp {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UtmJson {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -179,6 +189,7 @@ pub struct UtmJson {
 
 /// A page the visitor is on; also the `page` of a webhook reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Page {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,6 +198,7 @@ pub struct Page {
 
 /// An agent; `id` is an integer per the spec although its samples quote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Agent {
     pub id: NumericId,
     pub name: String,
@@ -196,6 +208,7 @@ pub struct Agent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Call {
     #[serde(rename = "type")]
     pub kind: CallType,
@@ -210,6 +223,7 @@ pub struct Call {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallType {
     Callback,
@@ -218,6 +232,7 @@ pub enum CallType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     Start,
@@ -229,6 +244,7 @@ pub enum CallStatus {
 
 /// The finished chat as sent with `chat_finished`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Chat {
     #[serde(default)]
     pub messages: Vec<ChatMessage>,
@@ -241,6 +257,7 @@ pub struct Chat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Rate {
     Positive,
@@ -249,6 +266,7 @@ pub enum Rate {
 
 /// One line of the chat log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChatMessage {
     pub message: String,
     pub timestamp: i64,
@@ -262,6 +280,7 @@ pub struct ChatMessage {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ChatMessageKind {
     Visitor,
@@ -270,6 +289,7 @@ pub enum ChatMessageKind {
 
 /// The conversation topic an agent picked; `parent_id` is absent for a root topic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Topic {
     pub topic_id: NumericId,
     pub title: String,
@@ -279,6 +299,7 @@ pub struct Topic {
 
 /// An event posted to `{webhook_url}`, tagged by `event_name`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event_name", rename_all = "snake_case")]
 pub enum WebhookEvent {
     CallEvent(CallEvent),
@@ -319,6 +340,7 @@ impl WebhookEvent {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CallEvent {
     pub chat_id: NumericId,
     pub widget_id: Label,
@@ -339,6 +361,7 @@ pub struct CallEvent {
 
 /// The body of `chat_accepted` and `chat_updated`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChatEvent {
     pub widget_id: Label,
     /// Present even when the page set no token: receivers test it against null.
@@ -370,6 +393,7 @@ pub struct ChatEvent {
 
 /// `chat_accepted` plus the CRM link the agent followed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChatAssigned {
     #[serde(flatten)]
     pub chat: ChatEvent,
@@ -377,6 +401,7 @@ pub struct ChatAssigned {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientUpdated {
     pub widget_id: Label,
     #[serde(default)]
@@ -394,6 +419,7 @@ pub struct ClientUpdated {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientAttributeUpdated {
     pub widget_id: Label,
     #[serde(default)]
@@ -405,6 +431,7 @@ pub struct ClientAttributeUpdated {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChatFinished {
     /// Not in the spec's list for this event, but the service sends both and
     /// receivers use them to tell channels and visitors apart.
@@ -436,6 +463,7 @@ pub struct ChatFinished {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct OfflineMessage {
     pub widget_id: Label,
     #[serde(default)]
@@ -453,6 +481,7 @@ pub struct OfflineMessage {
 
 /// The integrator's JSON answer to an event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WebhookReply {
     /// A reply without `result` applies nothing, exactly like a failure text.
     #[serde(default)]
@@ -486,6 +515,7 @@ impl WebhookReply {
 
 /// Contact details from a reply, shown as if the visitor had introduced themselves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReplyContactInfo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

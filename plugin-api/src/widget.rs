@@ -10,6 +10,7 @@ pub const MAX_CUSTOM_DATA_FIELDS: usize = 10;
 /// One custom-data field shown to the agent, in array order. The page can forge
 /// these, so `content` is rendered as text and `link` obeys the Safe URL setting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CustomDataField {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -23,6 +24,7 @@ pub struct CustomDataField {
 
 /// Contact details as given to `setContactInfo`: only what is set is sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ContactInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -37,6 +39,7 @@ pub struct ContactInfo {
 /// What `getContactInfo()` returns: the name is `client_name` there, and pages
 /// test the missing values against `null`, so all four are always written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ContactInfoReading {
     #[serde(default)]
     pub client_name: Option<String>,
@@ -51,6 +54,7 @@ pub struct ContactInfoReading {
 /// The argument of `sendOfflineMessage` (the widget's offline form); a field
 /// it does not know is refused, so nothing the visitor sent is silently lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OfflineMessageInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +99,7 @@ impl OfflineMessageInput {
 /// details and the message in the shape of a channel text message, so a
 /// plugin that reads `message.text` treats it like any customer text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OfflineMessageEvent {
     pub visitor: ContactInfo,
@@ -103,6 +108,7 @@ pub struct OfflineMessageEvent {
 
 /// `{"type": "text", "text": …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OfflineText {
     /// Always `text`.
@@ -154,6 +160,7 @@ impl OfflineMessageEvent {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResultStatus {
     Ok,
@@ -164,6 +171,7 @@ pub enum ResultStatus {
 /// Methods differ in where the failure text goes: `reason` for most,
 /// `error` for `sendOfflineMessage`; `setUserToken` echoes `token`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ActionResult {
     pub result: ResultStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +235,19 @@ pub enum TokenEcho {
     Refused,
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for TokenEcho {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TokenEcho".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "anyOf": [{ "type": "string" }, { "const": false }] })
+    }
+}
+
 impl Serialize for TokenEcho {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -254,6 +275,7 @@ impl<'de> Deserialize<'de> for TokenEcho {
 
 /// The `state` passed to `widget_onChangeState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum WidgetState {
     #[serde(rename = "chat")]
     Chat,

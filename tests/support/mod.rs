@@ -237,6 +237,34 @@ pub fn plugin_wasm(name: &str) -> PathBuf {
     }
 }
 
+/// The `.wasm` of a Python or TypeScript plugin of the repository
+/// (`spam_guard_py`, `spam_guard_ts`, `hostile_py`): the first call in a test
+/// binary builds them with `scripts/polyglot.sh build`, which installs the
+/// pinned toolchains into `target/polyglot` on first use.
+pub fn polyglot_wasm(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = repo_root();
+        let output = Command::new(root.join("scripts/polyglot.sh"))
+            .arg("build")
+            .current_dir(&root)
+            .output()
+            .map_err(|e| format!("cannot run scripts/polyglot.sh: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "scripts/polyglot.sh build failed:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(root.join("target/plugins/polyglot"))
+    });
+    match dir {
+        Ok(dir) => dir.join(format!("{name}.wasm")),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -34,14 +34,41 @@ pub fn plugins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("BENCH_PLUGINS_DIR") {
         return PathBuf::from(dir);
     }
+    build_with("scripts/build-plugins.sh", &[]).join("target/plugins/wasm32-wasip2/release")
+}
+
+/// Runs a build script of the repository; the repository's root.
+fn build_with(script: &str, args: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(root.join("scripts/build-plugins.sh"))
+    let status = Command::new(root.join(script))
+        .args(args)
         .current_dir(&root)
         .stdout(Stdio::null())
         .status()
-        .expect("run scripts/build-plugins.sh");
-    assert!(status.success(), "building the plugins failed");
-    root.join("target/plugins/wasm32-wasip2/release")
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(status.success(), "{script} failed");
+    root
+}
+
+/// Builds the Python and TypeScript plugins (`scripts/polyglot.sh build`,
+/// which installs its pinned toolchains on first use); the directory of their
+/// `.wasm`. `BENCH_POLYGLOT_DIR` names another directory and skips the build.
+pub fn polyglot_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BENCH_POLYGLOT_DIR") {
+        return PathBuf::from(dir);
+    }
+    build_with("scripts/polyglot.sh", &["build"]).join("target/plugins/polyglot")
+}
+
+/// Minor page faults of this process so far (`/proc/self/stat`, field 10).
+pub fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split(' ').nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// A field of `/proc/<pid>/status` in KiB: `VmRSS` (now) or `VmHWM` (peak).

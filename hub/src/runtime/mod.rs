@@ -97,6 +97,12 @@ pub struct PluginError {
 /// A plugin that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    #[error("plugin `{name}`: {path} is missing: {hint}")]
+    Unbuilt {
+        name: String,
+        path: PathBuf,
+        hint: String,
+    },
     #[error("plugin `{name}`: cannot read {path}: {source}")]
     Read {
         name: String,
@@ -182,4 +188,36 @@ impl Runtime {
     pub(crate) fn memory_budget(&self) -> &host::MemoryBudget {
         &self.inner.memory
     }
+}
+
+/// Why a component is missing, when it sits where a Python or TypeScript
+/// project of `hub plugin new` writes it and the project's `build.sh` has
+/// not made it yet: the toolchain problem in the author's terms.
+pub fn unbuilt_project(wasm: &std::path::Path) -> Option<String> {
+    let dir = match wasm.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if wasm.exists() || !dir.join("build.sh").is_file() || !dir.join("wit").is_dir() {
+        return None;
+    }
+    let (lang, tools) = if dir.join("hub_plugin").is_dir() {
+        (
+            "Python",
+            "componentize-py from PyPI (Python 3.11+ with venv)",
+        )
+    } else if dir.join("package.json").is_file() {
+        (
+            "TypeScript",
+            "componentize-js, esbuild and TypeScript from npm (Node.js 18+)",
+        )
+    } else {
+        return None;
+    };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    Some(format!(
+        "{} is a {lang} plugin project whose `./build.sh` has not been run: run it there \
+         (the first run installs {tools}), then try again",
+        dir.display()
+    ))
 }

@@ -177,10 +177,17 @@ impl Plugin {
         path: &Path,
         services: Services,
     ) -> Result<(Plugin, Origin), LoadError> {
-        let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
-            name: config.name.clone(),
-            path: path.to_owned(),
-            source,
+        let wasm = std::fs::read(path).map_err(|source| match super::unbuilt_project(path) {
+            Some(hint) => LoadError::Unbuilt {
+                name: config.name.clone(),
+                path: path.to_owned(),
+                hint,
+            },
+            None => LoadError::Read {
+                name: config.name.clone(),
+                path: path.to_owned(),
+                source,
+            },
         })?;
         if let Some(message) = not_a_component(&wasm) {
             return Err(LoadError::Compile {
