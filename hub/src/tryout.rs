@@ -314,6 +314,7 @@ async fn run_on(
             store: scratch.store.clone(),
             destinations: Arc::new(Destinations::from_config(&destinations)),
             sender: sender.clone(),
+            shadow: false,
         };
         let (loaded, _) = Plugin::load(&runtime, &under_test, &path, services)
             .map_err(|e| TryoutError::Setup(e.to_string()))?;

@@ -16,6 +16,7 @@ pub mod live;
 pub mod notices;
 pub mod offline;
 pub mod outbox;
+pub mod outcomes;
 pub mod outgoing;
 pub mod sessions;
 pub mod webhooks;
@@ -334,6 +335,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/sqlite/0015_instances.sql"),
     ),
+    (
+        17,
+        include_str!("../../migrations/sqlite/0017_plugin_outcomes.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -394,6 +399,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         15,
         include_str!("../../migrations/postgres/0015_instances.sql"),
+    ),
+    (
+        17,
+        include_str!("../../migrations/postgres/0017_plugin_outcomes.sql"),
     ),
 ];
 
