@@ -22,5 +22,6 @@ mod outbound;
 mod plugins;
 mod postgres;
 mod process;
+mod replay;
 mod webhooks;
 mod widget_api;

@@ -2,6 +2,8 @@
 //! against a scratch database, and running one plugin on one recorded event
 //! with stand-ins for its destinations.
 
+pub mod promote;
+pub mod replay;
 mod stand_in;
 
 use std::path::{Path, PathBuf};
