@@ -351,7 +351,11 @@ async fn shadow_redact_shows_what_the_changed_redact_would_do() {
     let report = eventually(WAIT, "both messages shadowed", || async {
         let (_, r) = ex
             .hub
-            .admin(reqwest::Method::GET, "/admin/v1/plugins/redact-v2/shadow", None)
+            .admin(
+                reqwest::Method::GET,
+                "/admin/v1/plugins/redact-v2/shadow",
+                None,
+            )
             .await;
         (r["counts"]["same"] == 1 && r["counts"]["changed"] == 1).then_some(r)
     })
@@ -365,10 +369,15 @@ async fn shadow_redact_shows_what_the_changed_redact_would_do() {
         .events_of_kind("channel.customer_message", 1)
         .await
         .expect("events");
-    assert_eq!(stored[0].payload["message"]["text"], "Mail me at bob@example.com");
+    assert_eq!(
+        stored[0].payload["message"]["text"],
+        "Mail me at bob@example.com"
+    );
     let m = ex.hub.metrics().await;
     assert_eq!(
-        m.get("hub_shadow_outcomes_total{route=\"routes[0]\",plugin=\"redact-v2\",result=\"changed\"}"),
+        m.get(
+            "hub_shadow_outcomes_total{route=\"routes[0]\",plugin=\"redact-v2\",result=\"changed\"}"
+        ),
         Some(&1.0),
         "{m:?}"
     );

@@ -622,7 +622,10 @@ async fn plugin_replay(config: &Config, args: ReplayArgs) -> Result<()> {
             d.event_id,
             d.kind,
             serde_json::to_value(d.result)?.as_str().unwrap_or_default(),
-            d.error_kind.as_deref().map(|k| format!(": {k}")).unwrap_or_default()
+            d.error_kind
+                .as_deref()
+                .map(|k| format!(": {k}"))
+                .unwrap_or_default()
         ));
         for c in &d.changes {
             text.push_str(&format!(
@@ -640,9 +643,13 @@ async fn plugin_replay(config: &Config, args: ReplayArgs) -> Result<()> {
 /// `90s`, `30m`, `24h`, `7d`.
 fn parse_age(text: &str) -> Result<Duration> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (n, unit) = text.split_at(split);
-    let n: u64 = n.parse().context("a number and a unit: 90s, 30m, 24h, 7d")?;
+    let n: u64 = n
+        .parse()
+        .context("a number and a unit: 90s, 30m, 24h, 7d")?;
     let secs = match unit {
         "s" => 1,
         "m" => 60,

@@ -646,7 +646,11 @@ fn check_shadows(config: &Config, i: usize, problems: &mut Vec<String>) {
             problems.push(format!("{key}: no plugin is named `{name}`"));
             continue;
         };
-        if config.routes.iter().any(|other| other.plugins.contains(name)) {
+        if config
+            .routes
+            .iter()
+            .any(|other| other.plugins.contains(name))
+        {
             problems.push(format!(
                 "{key}: `{name}` is live on a route; a shadow runs only as a shadow \
                  (`hub plugin promote {name}` makes it live)"

@@ -18,10 +18,10 @@ use crate::config::OnError;
 use crate::event::Event;
 use crate::pipeline::wiring::{Route, WiringHandle};
 use crate::runtime::{Action, Forward, KvWrites, Outcome, Plugin, PluginError, PluginEvent};
-use record::{Call, Recorder};
-use shadow::{Decision, Job};
 use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
+use record::{Call, Recorder};
+use shadow::{Decision, Job};
 
 pub use validate::{AutoReply, action as check_action, auto_reply};
 
@@ -74,7 +74,9 @@ struct Trace {
     calls: Vec<Call>,
     inbound: Option<String>,
     jobs: Vec<Job>,
-    /// Indexes of the routes that took the event.
+    /// The wiring the chain ran on, and the indexes of its routes that
+    /// took the event.
+    wiring: Option<Arc<wiring::Wiring>>,
     taken: Vec<usize>,
     channel: Option<Arc<str>>,
     context: Option<Arc<Value>>,
@@ -161,9 +163,9 @@ impl Pipeline {
 
     /// Records the chain's calls and starts its shadows, off the request's path.
     fn after(&self, routed: &Routed, mut trace: Trace) {
-        let wiring = self.wiring.current();
+        let routes = trace.wiring.as_ref().map_or(&[][..], |w| &w.routes[..]);
         for &i in &trace.taken {
-            let Some(route) = wiring.routes.get(i) else {
+            let Some(route) = routes.get(i) else {
                 continue;
             };
             for s in route.shadows.iter().filter(|s| s.pairs.is_none()) {
@@ -211,6 +213,9 @@ impl Pipeline {
             .filter(|(_, r)| r.takes(routed.event.kind.as_str(), channel.as_deref()))
             .collect();
         trace.taken = taken.iter().map(|(i, _)| *i).collect();
+        if taken.iter().any(|(_, r)| !r.shadows.is_empty()) {
+            trace.wiring = Some(wiring.clone());
+        }
         // A plugin that did not load fails every call: a rejecting route refuses.
         if let Some(name) = taken
             .iter()
@@ -234,8 +239,7 @@ impl Pipeline {
             trace.channel = channel.clone();
             trace.context = Some(Arc::new(context.clone()));
         }
-        if self.recorder.keeps_inbound() && routed.event.direction == crate::event::Direction::In
-        {
+        if self.recorder.keeps_inbound() && routed.event.direction == crate::event::Direction::In {
             trace.inbound = Some(routed.event.payload.to_string());
         }
         let may_forward = !routed.event.kind.as_str().starts_with(FORWARD_PREFIX);

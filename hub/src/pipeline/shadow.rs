@@ -169,12 +169,7 @@ pub struct Job {
 
 impl Board {
     /// Starts `jobs` on their own task: the caller (the request) goes on at once.
-    pub fn start(
-        self: &Arc<Self>,
-        jobs: Vec<Job>,
-        channel: Option<Arc<str>>,
-        context: Arc<Value>,
-    ) {
+    pub fn start(self: &Arc<Self>, jobs: Vec<Job>, channel: Option<Arc<str>>, context: Arc<Value>) {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             for job in &jobs {
                 *lock(&self.skipped)
@@ -323,7 +318,10 @@ mod tests {
         let input = json!({"text": "a@b.c"});
         let masked = json!({"text": "[email]"});
         let live = Decision::Continue(None);
-        assert_eq!(compare(&Decision::Continue(None), &live, &input), Compared::Same);
+        assert_eq!(
+            compare(&Decision::Continue(None), &live, &input),
+            Compared::Same
+        );
         assert_eq!(
             compare(&Decision::Continue(Some(input.clone())), &live, &input),
             Compared::Same
@@ -337,7 +335,11 @@ mod tests {
             Compared::Dropped
         );
         assert_eq!(
-            compare(&Decision::Continue(None), &Decision::Drop("y".into()), &input),
+            compare(
+                &Decision::Continue(None),
+                &Decision::Drop("y".into()),
+                &input
+            ),
             Compared::Kept
         );
         assert_eq!(

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, OnError};
-use crate::pipeline::shadow::Board;
 use crate::outbound::HttpSender;
+use crate::pipeline::shadow::Board;
 use crate::runtime::destinations::Destinations;
 use crate::runtime::{Origin, Plugin, Runtime, Services};
 use crate::store::Store;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection, Row};
 
-use super::{Ctx, Store, StoreError};
 use super::events::event_from_row;
+use super::{Ctx, Store, StoreError};
 use crate::event::Event;
 
 /// One plugin call of an event's live chain.
@@ -175,20 +175,21 @@ impl ReadOnlyLog {
             let base = url.split('?').next().unwrap_or(url);
             format!("{base}?mode=ro")
         };
-        let options: AnyConnectOptions = url
-            .parse()
-            .map_err(|source| StoreError::Db {
-                context: "reading the database URL",
-                source,
-            })?;
+        let options: AnyConnectOptions = url.parse().map_err(|source| StoreError::Db {
+            context: "reading the database URL",
+            source,
+        })?;
         let options = options.disable_statement_logging();
-        let mut conn = tokio::time::timeout(Duration::from_secs(30), AnyConnection::connect_with(&options))
-            .await
-            .map_err(|_| StoreError::Unreachable {
-                target: super::redacted_url(&url),
-                reason: "no connection within 30 s".to_owned(),
-            })?
-            .ctx("connecting to the database read-only")?;
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(30),
+            AnyConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| StoreError::Unreachable {
+            target: super::redacted_url(&url),
+            reason: "no connection within 30 s".to_owned(),
+        })?
+        .ctx("connecting to the database read-only")?;
         if postgres {
             sqlx::query("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
                 .execute(&mut conn)
@@ -306,8 +307,12 @@ impl ReadOnlyLog {
             .ctx("reading kept inbound payloads")?;
             let mut by_id = std::collections::HashMap::<String, String>::new();
             for row in &rows {
-                let id: String = row.try_get("event_id").ctx("reading kept inbound payloads")?;
-                let p: String = row.try_get("payload").ctx("reading kept inbound payloads")?;
+                let id: String = row
+                    .try_get("event_id")
+                    .ctx("reading kept inbound payloads")?;
+                let p: String = row
+                    .try_get("payload")
+                    .ctx("reading kept inbound payloads")?;
                 by_id.insert(id, p);
             }
             for r in &mut out {
@@ -323,14 +328,19 @@ impl ReadOnlyLog {
         &mut self,
         plugin: &str,
     ) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let rows =
-            sqlx::query("SELECT key, value, updated_at FROM plugin_kv WHERE plugin = $1")
-                .bind(plugin)
-                .fetch_all(&mut self.conn)
-                .await
-                .ctx("reading a plugin's keys")?;
+        let rows = sqlx::query("SELECT key, value, updated_at FROM plugin_kv WHERE plugin = $1")
+            .bind(plugin)
+            .fetch_all(&mut self.conn)
+            .await
+            .ctx("reading a plugin's keys")?;
         rows.iter()
-            .map(|r| Ok((r.try_get("key")?, r.try_get("value")?, r.try_get("updated_at")?)))
+            .map(|r| {
+                Ok((
+                    r.try_get("key")?,
+                    r.try_get("value")?,
+                    r.try_get("updated_at")?,
+                ))
+            })
             .collect::<Result<_, sqlx::Error>>()
             .ctx("reading a plugin's keys")
     }

@@ -31,7 +31,7 @@ pub fn promote(config: &Config, text: &str, shadow: &str) -> Result<(String, Vec
         .collect();
     if starts.len() != config.routes.len() {
         return Err(
-            "routes are not all written as [[routes]] tables: edit the file by hand".to_owned()
+            "routes are not all written as [[routes]] tables: edit the file by hand".to_owned(),
         );
     }
     let mut said = Vec::new();
@@ -49,27 +49,48 @@ pub fn promote(config: &Config, text: &str, shadow: &str) -> Result<(String, Vec
             })
         };
         let (Some(p), Some(s)) = (find("plugins", &lines), find("shadow", &lines)) else {
-            return Err(format!("routes[{i}]: `plugins` or `shadow` not found on a line of its own"));
+            return Err(format!(
+                "routes[{i}]: `plugins` or `shadow` not found on a line of its own"
+            ));
         };
         let route = &config.routes[i];
         let mut plugins = route.plugins.clone();
-        match entry.shadows.as_deref().and_then(|live| plugins.iter().position(|n| n == live)) {
+        match entry
+            .shadows
+            .as_deref()
+            .and_then(|live| plugins.iter().position(|n| n == live))
+        {
             Some(at) => {
-                said.push(format!("routes[{i}]: `{shadow}` replaces `{}`", plugins[at]));
+                said.push(format!(
+                    "routes[{i}]: `{shadow}` replaces `{}`",
+                    plugins[at]
+                ));
                 plugins[at] = shadow.to_owned();
             }
             None => {
-                said.push(format!("routes[{i}]: `{shadow}` added at the end of the chain"));
+                said.push(format!(
+                    "routes[{i}]: `{shadow}` added at the end of the chain"
+                ));
                 plugins.push(shadow.to_owned());
             }
         }
-        let others: Vec<String> = route.shadow.iter().filter(|n| *n != shadow).cloned().collect();
+        let others: Vec<String> = route
+            .shadow
+            .iter()
+            .filter(|n| *n != shadow)
+            .cloned()
+            .collect();
         for (j, key, values) in [(p, "plugins", &plugins), (s, "shadow", &others)] {
             if !lines[j].trim_end().ends_with(']') {
-                return Err(format!("routes[{i}].{key}: write the array on one line to promote"));
+                return Err(format!(
+                    "routes[{i}].{key}: write the array on one line to promote"
+                ));
             }
             let indent: String = lines[j].chars().take_while(|c| c.is_whitespace()).collect();
-            let list: Vec<String> = values.iter().map(|v| toml::Value::String(v.clone()).to_string()).collect();
+            let list: Vec<String> = values
+                .iter()
+                .map(|v| toml::Value::String(v.clone()).to_string())
+                .collect();
             lines[j] = format!("{indent}{key} = [{}]", list.join(", "));
         }
         if others.is_empty() {
@@ -118,7 +139,10 @@ shadow = ["redact-v2"]
         assert!(text.contains("plugins = [\"redact-v2\"]\n"), "{text}");
         assert!(!text.contains("shadow = "), "{text}");
         assert!(text.contains("# customer messages"), "{text}");
-        assert_eq!(said, vec!["routes[0]: `redact-v2` replaces `redact`".to_owned()]);
+        assert_eq!(
+            said,
+            vec!["routes[0]: `redact-v2` replaces `redact`".to_owned()]
+        );
         Config::parse(&text, std::path::Path::new("hub.toml")).expect("still a valid file");
         assert!(promote(&config, FILE, "redact").is_err());
     }

@@ -115,7 +115,16 @@ pub async fn replay(
     let mut log = ReadOnlyLog::open(&config.storage.url)
         .await
         .map_err(|e| TryoutError::Setup(format!("the hub's database: {e}")))?;
-    let result = replay_on(config, request, &mut log, (candidate_config, path), &against, stop, progress).await;
+    let result = replay_on(
+        config,
+        request,
+        &mut log,
+        (candidate_config, path),
+        &against,
+        stop,
+        progress,
+    )
+    .await;
     log.close().await;
     result
 }
@@ -138,7 +147,9 @@ async fn replay_on(
             .iter()
             .find(|(_, n)| *n == name)
             .map(|(id, _)| *id)
-            .ok_or_else(|| TryoutError::Setup(format!("--channel: no channel is named `{name}`")))?;
+            .ok_or_else(|| {
+                TryoutError::Setup(format!("--channel: no channel is named `{name}`"))
+            })?;
         filter.channel_id = Some(id);
     }
     // Which events live gives the plugin: those of the routes it is on (or
@@ -174,7 +185,10 @@ async fn replay_on(
     let mut after: Option<String> = None;
     let context = json!({});
     'pages: loop {
-        let page = log.page(&filter, after.as_deref(), PAGE).await.map_err(db)?;
+        let page = log
+            .page(&filter, after.as_deref(), PAGE)
+            .await
+            .map_err(db)?;
         let Some(last) = page.last() else {
             break;
         };
@@ -187,11 +201,17 @@ async fn replay_on(
             if request.limit.is_some_and(|l| summary.seen >= l) {
                 break 'pages;
             }
-            let channel = recorded.event.channel_id.and_then(|c| channels.get(&c)).map(String::as_str);
+            let channel = recorded
+                .event
+                .channel_id
+                .and_then(|c| channels.get(&c))
+                .map(String::as_str);
             if !globs.is_empty()
                 && !globs.iter().any(|(events, chans)| {
                     (chans.is_empty() || channel.is_some_and(|c| chans.iter().any(|n| n == c)))
-                        && events.iter().any(|g| glob_matches(g, recorded.event.kind.as_str()))
+                        && events
+                            .iter()
+                            .any(|g| glob_matches(g, recorded.event.kind.as_str()))
                 })
             {
                 continue;
@@ -218,7 +238,12 @@ async fn replay_on(
             let (compared, live_shown) = match recorded_live {
                 Some(o) => {
                     summary.compared_with_recorded += 1;
-                    let c = compare_recorded(&decision, &o.verdict, o.payload_hash.as_deref(), &input.payload);
+                    let c = compare_recorded(
+                        &decision,
+                        &o.verdict,
+                        o.payload_hash.as_deref(),
+                        &input.payload,
+                    );
                     let shown = match o.verdict.as_str() {
                         "drop" => json!({ "dropped": against }),
                         "reply" => json!({ "reply": "(not recorded)" }),
@@ -237,7 +262,9 @@ async fn replay_on(
                                 live = Some(load(&runtime, &scratch, log, entry, &path).await?);
                             }
                             let Some(l) = &live else {
-                                return Err(TryoutError::Setup("the live plugin did not load".into()));
+                                return Err(TryoutError::Setup(
+                                    "the live plugin did not load".into(),
+                                ));
                             };
                             Decision::of(&l.plugin.call(&plugin_event, &check).await)
                         }
@@ -320,7 +347,12 @@ fn input_of(recorded: &Recorded, against: &str) -> (Event, bool) {
 
 /// Compares a candidate with a recorded outcome, which keeps the hash of a
 /// changed payload, not the payload.
-fn compare_recorded(candidate: &Decision, verdict: &str, hash: Option<&str>, input: &Value) -> Compared {
+fn compare_recorded(
+    candidate: &Decision,
+    verdict: &str,
+    hash: Option<&str>,
+    input: &Value,
+) -> Compared {
     match (candidate, verdict) {
         (Decision::Failed(_), _) => Compared::Failed,
         (Decision::Drop(_), "drop") => Compared::Same,
@@ -431,7 +463,11 @@ pub fn render(summary: &Summary) -> String {
         summary.candidate,
         summary.against,
         summary.seen,
-        if summary.interrupted { " (interrupted: partial)" } else { "" },
+        if summary.interrupted {
+            " (interrupted: partial)"
+        } else {
+            ""
+        },
         summary.same,
         summary.changed,
         summary.dropped,
@@ -466,7 +502,9 @@ mod tests {
         let b = json!({"message": {"text": "mail [email]", "type": "text"}, "id": 1});
         assert_eq!(
             changes(&a, &b),
-            vec![json!({"path": "/message/text", "live": "mail a@b.c", "candidate": "mail [email]"})]
+            vec![
+                json!({"path": "/message/text", "live": "mail a@b.c", "candidate": "mail [email]"})
+            ]
         );
         assert!(changes(&a, &a).is_empty());
     }
@@ -477,7 +515,12 @@ mod tests {
         let out = json!({"t": "b"});
         let h = payload_hash(&out);
         assert_eq!(
-            compare_recorded(&Decision::Continue(Some(out.clone())), "changed", Some(&h), &input),
+            compare_recorded(
+                &Decision::Continue(Some(out.clone())),
+                "changed",
+                Some(&h),
+                &input
+            ),
             Compared::Same
         );
         assert_eq!(
