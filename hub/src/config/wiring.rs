@@ -535,6 +535,36 @@ pub fn expand_env(value: &str, get: impl Fn(&str) -> Option<String>) -> Result<S
 }
 
 // Error texts are checked by the fixtures in `tests/fixtures/config/` (see `fixtures.rs`).
+/// A route's shadows: known plugins, live nowhere (a shadow's sends are
+/// never made), each paired with a plugin of the route if it names one.
+fn check_shadows(config: &Config, i: usize, problems: &mut Vec<String>) {
+    let r = &config.routes[i];
+    for (j, name) in r.shadow.iter().enumerate() {
+        let key = format!("routes[{i}].shadow[{j}]");
+        let Some(entry) = config.plugins.iter().find(|p| &p.name == name) else {
+            problems.push(format!("{key}: no plugin is named `{name}`"));
+            continue;
+        };
+        if config
+            .routes
+            .iter()
+            .any(|other| other.plugins.contains(name))
+        {
+            problems.push(format!(
+                "{key}: `{name}` is live on a route; a shadow runs only as a shadow \
+                 (`hub plugin promote {name}` makes it live)"
+            ));
+        }
+        if let Some(live) = &entry.shadows
+            && !r.plugins.contains(live)
+        {
+            problems.push(format!(
+                "{key}: `{name}` shadows `{live}`, which is not a plugin of this route"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -633,35 +663,5 @@ mod tests {
             c.resolve(Path::new("/abs/p.wasm")),
             Path::new("/abs/p.wasm")
         );
-    }
-}
-
-/// A route's shadows: known plugins, live nowhere (a shadow's sends are
-/// never made), each paired with a plugin of the route if it names one.
-fn check_shadows(config: &Config, i: usize, problems: &mut Vec<String>) {
-    let r = &config.routes[i];
-    for (j, name) in r.shadow.iter().enumerate() {
-        let key = format!("routes[{i}].shadow[{j}]");
-        let Some(entry) = config.plugins.iter().find(|p| &p.name == name) else {
-            problems.push(format!("{key}: no plugin is named `{name}`"));
-            continue;
-        };
-        if config
-            .routes
-            .iter()
-            .any(|other| other.plugins.contains(name))
-        {
-            problems.push(format!(
-                "{key}: `{name}` is live on a route; a shadow runs only as a shadow \
-                 (`hub plugin promote {name}` makes it live)"
-            ));
-        }
-        if let Some(live) = &entry.shadows
-            && !r.plugins.contains(live)
-        {
-            problems.push(format!(
-                "{key}: `{name}` shadows `{live}`, which is not a plugin of this route"
-            ));
-        }
     }
 }

@@ -305,7 +305,7 @@ async fn replay_on(
                     candidate: shown,
                 });
             }
-            if summary.seen % 250 == 0 {
+            if summary.seen.is_multiple_of(250) {
                 progress(summary.seen, request.limit);
             }
         }
