@@ -50,7 +50,7 @@ test('the differences of a shadow plugin are shown in the administration view', 
     assert.equal(r.status, 200, await r.text());
   };
   await say('hello, my order is late');
-  await say('write to <b>bob</b>@example.org please');
+  await say('<b>write</b> to bob@example.org please');
   await waitFor(async () => {
     const s = await hub.admin('GET', '/plugins/redact-v2/shadow');
     return s.counts.changed === 1 && s.counts.same === 1;
@@ -67,7 +67,7 @@ test('the differences of a shadow plugin are shown in the administration view', 
   await page.getByRole('button', { name: 'Administration' }).click();
   await page.getByRole('heading', { name: 'Shadow redact-v2' }).waitFor();
   const plugins = page.getByRole('region', { name: 'Plugins', exact: true });
-  await plugins.getByRole('cell', { name: 'redact-v2', exact: true }).waitFor();
+  await plugins.getByRole('table', { name: 'Routes' }).getByRole('cell', { name: 'redact-v2', exact: true }).waitFor();
   const diffs = page.getByRole('table', { name: 'Recent differences of shadow redact-v2' });
   await diffs.waitFor();
   const rows = diffs.locator('tbody tr');
@@ -76,8 +76,8 @@ test('the differences of a shadow plugin are shown in the administration view', 
   assert.equal(await cells.nth(2).textContent(), 'changed');
   // Side by side: live kept the address, the shadow masked it; the markup
   // in the message is shown as text.
-  assert.match(await cells.nth(3).textContent(), /write to <b>bob<\/b>@example\.org please/);
-  assert.match(await cells.nth(4).textContent(), /write to \[email\] please/);
+  assert.match(await cells.nth(3).textContent(), /<b>write<\/b> to bob@example\.org please/);
+  assert.match(await cells.nth(4).textContent(), /<b>write<\/b> to \[email\] please/);
   assert.equal(await diffs.locator('b').count(), 0, 'no markup from a message is rendered');
   await page.getByText(/Compared with live: same 1, changed 1/).waitFor();
   mkdirSync(ARTIFACTS, { recursive: true });

@@ -400,7 +400,8 @@
         h('p', { class: 'admin-intro', text: `Compared with live: ${counts}. Nothing a shadow does takes effect.` }),
         table(`Recent differences of shadow ${name}`, ['Event', 'Kind', 'Result', 'Live', 'Shadow'],
           recent.map((d) => row(h('span', {}, code(d.event_id), h('br'), when(d.at)), d.kind,
-            d.error_kind ? `${d.result} (${d.error_kind})` : d.result, json(d.live), json(d.shadow))),
+            h('span', { class: 'admin-nowrap', text: d.error_kind ? `${d.result} (${d.error_kind})` : d.result }),
+            json(d.live), json(d.shadow))),
           'No differences yet.'));
     }
 
