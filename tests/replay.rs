@@ -136,6 +136,27 @@ async fn send_all(hub: &TestHub, ch: &TestChannel, texts: &[String]) -> Vec<(u16
     answers
 }
 
+/// A hub with `wiring` in its hub.toml and a channel `shop` (its
+/// integrator is kept with it, so agent replies have somewhere to go).
+async fn shop(wiring: String) -> (TestHub, TestChannel, Integrator) {
+    let integrator = Integrator::start().await;
+    let hub = TestHub::start_with(HubOptions {
+        extra_toml: wiring,
+        ..HubOptions::default()
+    })
+    .await;
+    let ch = hub
+        .create_channel("shop", &integrator.url, false, &[])
+        .await;
+    (hub, ch, integrator)
+}
+
+/// `GET /admin/v1/plugins/{name}/shadow`: the status and the report.
+async fn shadow_report(hub: &TestHub, name: &str) -> (u16, Value) {
+    let path = format!("/admin/v1/plugins/{name}/shadow");
+    hub.admin(reqwest::Method::GET, &path, None).await
+}
+
 /// Waits until the outcome of the event `id` is recorded (the recorder
 /// writes in order, so every earlier one is too).
 async fn outcomes_recorded(hub: &TestHub, id: &str) -> Vec<hub::store::outcomes::OutcomeRow> {
@@ -149,19 +170,11 @@ async fn outcomes_recorded(hub: &TestHub, id: &str) -> Vec<hub::store::outcomes:
 #[tokio::test]
 async fn replay_of_a_changed_redact_reports_exactly_the_masked_messages_and_changes_nothing() {
     const N: usize = 10_000;
-    let integrator = Integrator::start().await;
     // A burst of 10 000 from one address: no rate limit in the way.
     let wiring = "[limits]\nchannel_per_second = 0\nchannel_source_per_second = 0\n\n".to_owned()
         + &plugin_toml("redact", "redact", "", "emails = false")
         + &route_toml(CUSTOMER, "\"redact\"", "skip");
-    let hub = TestHub::start_with(HubOptions {
-        extra_toml: wiring,
-        ..HubOptions::default()
-    })
-    .await;
-    let ch = hub
-        .create_channel("shop", &integrator.url, false, &[])
-        .await;
+    let (hub, ch, _integrator) = shop(wiring).await;
     // One card number, masked live and by the candidate alike.
     hub.say(&ch, json!("card"), "my card is 4111 1111 1111 1111")
         .await;
@@ -320,7 +333,6 @@ struct Observed {
 
 async fn live_traffic(shadows: bool) -> (Observed, Option<TestHub>) {
     let sink = Integrator::start().await;
-    let integrator = Integrator::start().await;
     let mut wiring = format!(
         "[[destinations]]\nname = \"sink\"\nurl = \"{}\"\n\n",
         sink.url
@@ -344,14 +356,7 @@ async fn live_traffic(shadows: bool) -> (Observed, Option<TestHub>) {
         wiring += &plugin_toml("trapper", "fault", "", "fault = \"trap\"");
         route += "shadow = [\"hostile\", \"looper\", \"trapper\"]\n\n";
     }
-    let hub = TestHub::start_with(HubOptions {
-        extra_toml: wiring + &route,
-        ..HubOptions::default()
-    })
-    .await;
-    let ch = hub
-        .create_channel("shop", &integrator.url, false, &[])
-        .await;
+    let (hub, ch, _integrator) = shop(wiring + &route).await;
     let texts: Vec<String> = (0..20).map(message_text).collect();
     let mut answers = Vec::new();
     for (i, text) in texts.iter().enumerate() {
@@ -445,23 +450,31 @@ async fn a_hostile_shadow_changes_nothing_of_live_traffic_and_its_differences_ar
     );
 
     let m = hub.metrics().await;
-    let count = |plugin: &str, result: &str| {
+    // `family{route="routes[0]",plugin="…",label="…"}`, 0 when absent.
+    let series = |family: &str, plugin: &str, label: &str| {
         m.get(&format!(
-            "hub_shadow_outcomes_total{{route=\"routes[0]\",plugin=\"{plugin}\",result=\"{result}\"}}"
+            "{family}{{route=\"routes[0]\",plugin=\"{plugin}\",{label}}}"
         ))
         .copied()
         .unwrap_or(0.0)
+    };
+    let count = |plugin: &str, result: &str| {
+        series(
+            "hub_shadow_outcomes_total",
+            plugin,
+            &format!("result=\"{result}\""),
+        )
+    };
+    let kind = |plugin: &str, kind: &str| {
+        series(
+            "hub_shadow_failures_total",
+            plugin,
+            &format!("kind=\"{kind}\""),
+        )
     };
     assert_eq!(count("hostile", "dropped"), 20.0, "{m:?}");
     assert_eq!(count("looper", "failed"), 20.0, "{m:?}");
     assert_eq!(count("trapper", "failed"), 20.0, "{m:?}");
-    let kind = |plugin: &str, kind: &str| {
-        m.get(&format!(
-            "hub_shadow_failures_total{{route=\"routes[0]\",plugin=\"{plugin}\",kind=\"{kind}\"}}"
-        ))
-        .copied()
-        .unwrap_or(0.0)
-    };
     assert_eq!(kind("trapper", "trap"), 20.0, "{m:?}");
     assert!(kind("looper", "timeout") >= 1.0, "{m:?}");
     assert_eq!(
@@ -480,13 +493,7 @@ async fn a_hostile_shadow_changes_nothing_of_live_traffic_and_its_differences_ar
         .sum();
     assert_eq!(live_errors, 0.0, "the live route never failed");
 
-    let (status, report) = hub
-        .admin(
-            reqwest::Method::GET,
-            "/admin/v1/plugins/hostile/shadow",
-            None,
-        )
-        .await;
+    let (status, report) = shadow_report(&hub, "hostile").await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["counts"]["dropped"], 20, "{report}");
     let recent = report["recent"].as_array().expect("recent differences");
@@ -494,29 +501,16 @@ async fn a_hostile_shadow_changes_nothing_of_live_traffic_and_its_differences_ar
     assert_eq!(recent[0]["result"], "dropped");
     assert!(recent[0]["live"]["message"]["text"].is_string(), "{report}");
     assert!(recent[0]["shadow"]["dropped"].is_string(), "{report}");
-    let (status, report) = hub
-        .admin(
-            reqwest::Method::GET,
-            "/admin/v1/plugins/looper/shadow",
-            None,
-        )
-        .await;
+    let (status, report) = shadow_report(&hub, "looper").await;
     assert_eq!(status, 200);
     assert_eq!(report["counts"]["failed"], 20, "{report}");
-    let (status, _) = hub
-        .admin(
-            reqwest::Method::GET,
-            "/admin/v1/plugins/redact/shadow",
-            None,
-        )
-        .await;
+    let (status, _) = shadow_report(&hub, "redact").await;
     assert_eq!(status, 404, "redact is live, no shadow");
     hub.shutdown().await;
 }
 
 #[tokio::test]
 async fn promote_makes_the_shadow_live_in_place_of_the_plugin_it_shadows() {
-    let integrator = Integrator::start().await;
     let wiring = plugin_toml("redact", "redact", "", "emails = false")
         + &plugin_toml(
             "redact-v2",
@@ -526,27 +520,14 @@ async fn promote_makes_the_shadow_live_in_place_of_the_plugin_it_shadows() {
         )
         + &route_toml(CUSTOMER, "\"redact\"", "skip")
         + "shadow = [\"redact-v2\"]\n";
-    let hub = TestHub::start_with(HubOptions {
-        extra_toml: wiring,
-        ..HubOptions::default()
-    })
-    .await;
-    let ch = hub
-        .create_channel("shop", &integrator.url, false, &[])
-        .await;
+    let (hub, ch, _integrator) = shop(wiring).await;
     hub.say(&ch, json!("a"), "mail me at someone@example.org")
         .await;
     let report = eventually(
         Duration::from_secs(10),
         "the shadow's difference",
         || async {
-            let (_, r) = hub
-                .admin(
-                    reqwest::Method::GET,
-                    "/admin/v1/plugins/redact-v2/shadow",
-                    None,
-                )
-                .await;
+            let (_, r) = shadow_report(&hub, "redact-v2").await;
             (r["counts"]["changed"] == 1).then_some(r)
         },
     )

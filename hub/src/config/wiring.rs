@@ -572,6 +572,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shadow_must_be_a_plugin_live_nowhere_and_shadow_a_plugin_of_its_route() {
+        let text = r#"
+            [[plugins]]
+            name = "redact"
+            path = "redact.wasm"
+            [[plugins]]
+            name = "v2"
+            path = "redact.wasm"
+            shadows = "spam"
+            [[routes]]
+            events = ["channel.*"]
+            plugins = ["redact"]
+            shadow = ["v2", "nope"]
+            [[routes]]
+            events = ["agent.*"]
+            plugins = ["v2"]
+        "#;
+        let err = Config::from_toml(text, Path::new("hub.toml"), &Env::empty())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("routes[0].shadow[0]: `v2` is live on a route"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "routes[0].shadow[0]: `v2` shadows `spam`, which is not a plugin of this route"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.contains("routes[0].shadow[1]: no plugin is named `nope`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn environment_variables_fill_header_values() {
         let get = |k: &str| (k == "TOKEN").then(|| "s3cret".to_owned());
         assert_eq!(expand_env("Bearer ${TOKEN}", get).unwrap(), "Bearer s3cret");

@@ -256,52 +256,56 @@ impl Board {
 
     /// The shadow families of `/metrics`.
     pub fn render(&self, out: &mut String) {
-        let name = "hub_shadow_outcomes_total";
-        crate::obs::header(
+        let rows = lock(&self.counts)
+            .iter()
+            .map(|((r, p, c), n)| {
+                (
+                    r.clone(),
+                    p.clone(),
+                    format!(",result=\"{}\"", c.as_str()),
+                    *n,
+                )
+            })
+            .collect();
+        family(
             out,
-            name,
-            "counter",
+            "hub_shadow_outcomes_total",
             "Shadow plugin calls by route, plugin and how they compare with the live outcome.",
+            rows,
         );
-        for ((route, plugin, result), n) in lock(&self.counts).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{route=\"{}\",plugin=\"{}\",result=\"{}\"}} {n}",
-                crate::obs::escape(route),
-                crate::obs::escape(plugin),
-                result.as_str()
-            );
-        }
-        let name = "hub_shadow_failures_total";
-        crate::obs::header(
+        let rows = lock(&self.failures)
+            .iter()
+            .map(|((r, p, k), n)| (r.clone(), p.clone(), format!(",kind=\"{k}\""), *n))
+            .collect();
+        family(
             out,
-            name,
-            "counter",
+            "hub_shadow_failures_total",
             "Shadow plugin calls that failed, by error kind (never a failure of the live route).",
+            rows,
         );
-        for ((route, plugin, kind), n) in lock(&self.failures).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{route=\"{}\",plugin=\"{}\",kind=\"{kind}\"}} {n}",
-                crate::obs::escape(route),
-                crate::obs::escape(plugin),
-            );
-        }
-        let name = "hub_shadow_skipped_total";
-        crate::obs::header(
+        let rows = lock(&self.skipped)
+            .iter()
+            .map(|((r, p), n)| (r.clone(), p.clone(), String::new(), *n))
+            .collect();
+        family(
             out,
-            name,
-            "counter",
+            "hub_shadow_skipped_total",
             "Events not shadowed because every shadow slot was busy.",
+            rows,
         );
-        for ((route, plugin), n) in lock(&self.skipped).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{route=\"{}\",plugin=\"{}\"}} {n}",
-                crate::obs::escape(route),
-                crate::obs::escape(plugin),
-            );
-        }
+    }
+}
+
+/// One counter family: rows of (route, plugin, further labels, count).
+fn family(out: &mut String, name: &str, help: &str, rows: Vec<(String, String, String, u64)>) {
+    crate::obs::header(out, name, "counter", help);
+    for (route, plugin, more, n) in rows {
+        let _ = writeln!(
+            out,
+            "{name}{{route=\"{}\",plugin=\"{}\"{more}}} {n}",
+            crate::obs::escape(&route),
+            crate::obs::escape(&plugin),
+        );
     }
 }
 
