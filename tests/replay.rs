@@ -40,6 +40,27 @@ async fn hub_cli(dir: &Path, args: &[&str]) -> Output {
     .expect("the hub command's thread")
 }
 
+/// `hub plugin replay <args…> --json`, successful: its summary.
+async fn replay_json(dir: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["plugin", "replay"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = hub_cli(dir, &all).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON summary")
+}
+
+/// Stops the hub but keeps it: its directory (and database) must outlive it.
+async fn stop_keeping_files(hub: &mut TestHub) {
+    if let Some(running) = hub.running.take() {
+        running.shutdown().await;
+    }
+}
+
 /// A word of letters only for `i`: redact's card and phone patterns never
 /// see a digit in these messages.
 fn letters(mut i: usize) -> String {
@@ -139,12 +160,20 @@ async fn send_all(hub: &TestHub, ch: &TestChannel, texts: &[String]) -> Vec<(u16
 /// A hub with `wiring` in its hub.toml and a channel `shop` (its
 /// integrator is kept with it, so agent replies have somewhere to go).
 async fn shop(wiring: String) -> (TestHub, TestChannel, Integrator) {
+    shop_with(wiring, |_| {}).await
+}
+
+/// As [`shop`], with the loaded configuration edited first.
+async fn shop_with(
+    wiring: String,
+    edit: impl FnOnce(&mut hub::config::Config),
+) -> (TestHub, TestChannel, Integrator) {
     let integrator = Integrator::start().await;
-    let hub = TestHub::start_with(HubOptions {
+    let opts = HubOptions {
         extra_toml: wiring,
         ..HubOptions::default()
-    })
-    .await;
+    };
+    let hub = TestHub::start_with_config(opts, edit).await;
     let ch = hub
         .create_channel("shop", &integrator.url, false, &[])
         .await;
@@ -210,11 +239,8 @@ async fn replay_of_a_changed_redact_reports_exactly_the_masked_messages_and_chan
         .to_string();
     let dir = hub.dir.path().to_owned();
     let url = storage_url(&dir);
-    // Stopped, but kept: its directory (and database) must outlive it here.
     let mut hub = hub;
-    if let Some(running) = hub.running.take() {
-        running.shutdown().await;
-    }
+    stop_keeping_files(&mut hub).await;
 
     // Which plugin changed this message? `hub events show` says.
     let shown = hub_cli(&dir, &["events", "show", &card]).await;
@@ -235,25 +261,11 @@ async fn replay_of_a_changed_redact_reports_exactly_the_masked_messages_and_chan
     let before = table_checksums(&url).await;
     let db_file = dir.join("hub.db");
     let file_before = (!on_postgres()).then(|| std::fs::read(&db_file).expect("db file"));
-    let out = hub_cli(
+    let summary = replay_json(
         &dir,
-        &[
-            "plugin",
-            "replay",
-            "redact",
-            "--plugin-config",
-            "{\"emails\": true}",
-            "--diff",
-            "--json",
-        ],
+        &["redact", "--plugin-config", "{\"emails\": true}", "--diff"],
     )
     .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&out.stdout).expect("a JSON summary");
     eprintln!(
         "replay: {} events in {:.2} s, {:.0} events/s, p50 {} µs, p99 {} µs",
         summary["seen"],
@@ -320,6 +332,45 @@ async fn replay_of_a_changed_redact_reports_exactly_the_masked_messages_and_chan
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("100 events"), "{text}");
     assert!(text.contains("events/s"), "{text}");
+}
+
+/// A candidate for the head of a chain replays on the payloads as they
+/// entered, when the operator keeps them: a `redact` that no longer masks
+/// cards differs only there, where the recorded (masked) payload hides it.
+#[tokio::test]
+async fn kept_inbound_payloads_let_a_head_of_chain_candidate_replay_on_what_entered() {
+    for keep in [true, false] {
+        let wiring =
+            plugin_toml("redact", "redact", "", "") + &route_toml(CUSTOMER, "\"redact\"", "skip");
+        let (hub, ch, _integrator) = shop_with(wiring, |c| {
+            c.storage.keep_inbound_hours = if keep { 1 } else { 0 };
+        })
+        .await;
+        hub.say(&ch, json!("a"), "my card is 4111 1111 1111 1111")
+            .await;
+        hub.say(&ch, json!("a"), "hello").await;
+        let newest = hub
+            .store()
+            .events_of_kind("channel.customer_message", 1)
+            .await
+            .expect("events");
+        outcomes_recorded(&hub, &newest[0].id.to_string()).await;
+        let dir = hub.dir.path().to_owned();
+        let mut hub = hub;
+        stop_keeping_files(&mut hub).await;
+        let summary = replay_json(&dir, &["redact", "--plugin-config", "cards = false"]).await;
+        assert_eq!(summary["seen"], 2, "{summary}");
+        if keep {
+            assert_eq!(summary["on_inbound"], 2, "{summary}");
+            assert_eq!(summary["changed"], 1, "the card stays unmasked: {summary}");
+        } else {
+            assert_eq!(summary["on_inbound"], 0, "{summary}");
+            assert_eq!(
+                summary["same"], 2,
+                "the recorded payload is masked already: {summary}"
+            );
+        }
+    }
 }
 
 /// What live traffic left behind, to compare a hub with shadows with one without.

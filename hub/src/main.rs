@@ -404,7 +404,11 @@ async fn run(cli: Cli) -> Result<()> {
         init_tracing(&hub::config::LogConfig::default(), &cli.config, false)?;
         return plugin_new(name, dir.as_deref());
     }
-    let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
+    // Both open a scratch database, whose migrations are no news.
+    let scratch = matches!(
+        cli.command,
+        Command::Plugin(PluginCommand::Test(_) | PluginCommand::Replay(_))
+    );
     // A plugin file can be tried where there is no hub.toml at all.
     let config = match &cli.command {
         Command::Plugin(PluginCommand::Test(_)) if !cli.config.exists() => {

@@ -38,6 +38,24 @@ impl Store {
         inbound: &[(String, String)],
         now: i64,
     ) -> Result<(), StoreError> {
+        // Inbound payloads first: whoever sees an event's outcomes finds
+        // its kept payload too.
+        for chunk in inbound.chunks(ROWS_PER_WRITE) {
+            let mut w = self.begin_write().await?;
+            for (id, payload) in chunk {
+                sqlx::query(
+                    "INSERT INTO inbound_payloads (event_id, payload, created_at) \
+                     VALUES ($1, $2, $3) ON CONFLICT (event_id) DO NOTHING",
+                )
+                .bind(id)
+                .bind(payload)
+                .bind(now)
+                .execute(&mut *w.tx)
+                .await
+                .ctx("keeping inbound payloads")?;
+            }
+            w.commit().await?;
+        }
         for chunk in outcomes.chunks(ROWS_PER_WRITE) {
             let mut w = self.begin_write().await?;
             for o in chunk {
@@ -58,22 +76,6 @@ impl Store {
                 .execute(&mut *w.tx)
                 .await
                 .ctx("recording plugin outcomes")?;
-            }
-            w.commit().await?;
-        }
-        for chunk in inbound.chunks(ROWS_PER_WRITE) {
-            let mut w = self.begin_write().await?;
-            for (id, payload) in chunk {
-                sqlx::query(
-                    "INSERT INTO inbound_payloads (event_id, payload, created_at) \
-                     VALUES ($1, $2, $3) ON CONFLICT (event_id) DO NOTHING",
-                )
-                .bind(id)
-                .bind(payload)
-                .bind(now)
-                .execute(&mut *w.tx)
-                .await
-                .ctx("keeping inbound payloads")?;
             }
             w.commit().await?;
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -183,8 +184,9 @@ async fn replay_on(
     let mut micros: Vec<u64> = Vec::new();
     let started = Instant::now();
     let mut after: Option<String> = None;
-    let context = json!({});
-    'pages: loop {
+    let context = Arc::new(json!({}));
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+    loop {
         let page = log
             .page(&filter, after.as_deref(), PAGE)
             .await
@@ -193,22 +195,27 @@ async fn replay_on(
             break;
         };
         after = Some(last.event.id.to_string());
+        if stop.load(Ordering::Relaxed) {
+            summary.interrupted = true;
+            break;
+        }
+        // The events of this page the candidate gets, in order.
+        let mut todo = Vec::new();
         for recorded in page {
-            if stop.load(Ordering::Relaxed) {
-                summary.interrupted = true;
-                break 'pages;
-            }
-            if request.limit.is_some_and(|l| summary.seen >= l) {
-                break 'pages;
+            if request
+                .limit
+                .is_some_and(|l| summary.seen + todo.len() as u64 >= l)
+            {
+                break;
             }
             let channel = recorded
                 .event
                 .channel_id
                 .and_then(|c| channels.get(&c))
-                .map(String::as_str);
+                .cloned();
             if !globs.is_empty()
                 && !globs.iter().any(|(events, chans)| {
-                    (chans.is_empty() || channel.is_some_and(|c| chans.iter().any(|n| n == c)))
+                    (chans.is_empty() || channel.as_ref().is_some_and(|c| chans.contains(c)))
                         && events
                             .iter()
                             .any(|g| glob_matches(g, recorded.event.kind.as_str()))
@@ -217,17 +224,50 @@ async fn replay_on(
                 continue;
             }
             let (input, on_inbound) = input_of(&recorded, against);
+            todo.push((recorded, Arc::new(input), on_inbound, channel));
+        }
+        let last_page = request
+            .limit
+            .is_some_and(|l| summary.seen + todo.len() as u64 >= l);
+        // The calls run on every core, as the hub's own would; the
+        // comparisons below take them in order.
+        let calls = todo.iter().map(|(_, input, _, channel)| {
+            let plugin = candidate.plugin.clone();
+            let input = input.clone();
+            let channel = channel.clone();
+            let context = context.clone();
+            tokio::spawn(async move {
+                let kind = input.kind.clone();
+                let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
+                let event = PluginEvent {
+                    event: &input,
+                    channel: channel.as_deref(),
+                    context: &context,
+                };
+                let t = Instant::now();
+                let result = plugin.call(&event, &check).await;
+                (
+                    result,
+                    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
+                )
+            })
+        });
+        let results: Vec<_> = futures_util::stream::iter(calls)
+            .buffered(parallel)
+            .collect()
+            .await;
+        for ((recorded, input, on_inbound, channel), joined) in todo.into_iter().zip(results) {
+            let (result, took) =
+                joined.map_err(|e| TryoutError::Plugin(format!("a replayed call stopped: {e}")))?;
+            micros.push(took);
             let recorded_live = recorded.outcomes.iter().find(|o| o.plugin == against);
             let kind = input.kind.clone();
             let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
             let plugin_event = PluginEvent {
                 event: &input,
-                channel,
+                channel: channel.as_deref(),
                 context: &context,
             };
-            let t = Instant::now();
-            let result = candidate.plugin.call(&plugin_event, &check).await;
-            micros.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
             if let Ok(o) = &result {
                 summary.forwarded += o.forwards.len() as u64;
                 if matches!(o.action, Action::Reply(_)) {
@@ -305,9 +345,10 @@ async fn replay_on(
                     candidate: shown,
                 });
             }
-            if summary.seen.is_multiple_of(250) {
-                progress(summary.seen, request.limit);
-            }
+        }
+        progress(summary.seen, request.limit);
+        if last_page {
+            break;
         }
     }
     let elapsed = started.elapsed();
