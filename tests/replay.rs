@@ -186,6 +186,16 @@ async fn shadow_report(hub: &TestHub, name: &str) -> (u16, Value) {
     hub.admin(reqwest::Method::GET, &path, None).await
 }
 
+/// The customer message logged last.
+async fn newest_message(hub: &TestHub) -> hub::event::Event {
+    let mut newest = hub
+        .store()
+        .events_of_kind("channel.customer_message", 1)
+        .await
+        .expect("events");
+    newest.pop().expect("a logged customer message")
+}
+
 /// Waits until the outcome of the event `id` is recorded (the recorder
 /// writes in order, so every earlier one is too).
 async fn outcomes_recorded(hub: &TestHub, id: &str) -> Vec<hub::store::outcomes::OutcomeRow> {
@@ -349,12 +359,8 @@ async fn kept_inbound_payloads_let_a_head_of_chain_candidate_replay_on_what_ente
         hub.say(&ch, json!("a"), "my card is 4111 1111 1111 1111")
             .await;
         hub.say(&ch, json!("a"), "hello").await;
-        let newest = hub
-            .store()
-            .events_of_kind("channel.customer_message", 1)
-            .await
-            .expect("events");
-        outcomes_recorded(&hub, &newest[0].id.to_string()).await;
+        let newest = newest_message(&hub).await;
+        outcomes_recorded(&hub, &newest.id.to_string()).await;
         let dir = hub.dir.path().to_owned();
         let mut hub = hub;
         stop_keeping_files(&mut hub).await;
@@ -603,11 +609,7 @@ async fn promote_makes_the_shadow_live_in_place_of_the_plugin_it_shadows() {
         .await
         .expect("reload with the edited file");
     hub.say(&ch, json!("a"), "again: someone@example.org").await;
-    let newest = hub
-        .store()
-        .events_of_kind("channel.customer_message", 1)
-        .await
-        .expect("events");
-    assert_eq!(newest[0].payload["message"]["text"], "again: [email]");
+    let newest = newest_message(&hub).await;
+    assert_eq!(newest.payload["message"]["text"], "again: [email]");
     hub.shutdown().await;
 }

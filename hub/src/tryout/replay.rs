@@ -24,7 +24,7 @@ use crate::pipeline::record::payload_hash;
 use crate::pipeline::shadow::{Compared, Decision, compare};
 use crate::pipeline::wiring::glob_matches;
 use crate::runtime::destinations::Destinations;
-use crate::runtime::{Action, Plugin, PluginEvent, Runtime, Services};
+use crate::runtime::{Action, Outcome, Plugin, PluginError, PluginEvent, Runtime, Services};
 use crate::store::outcomes::{LogFilter, ReadOnlyLog, Recorded};
 
 /// Events read from the database at a time.
@@ -237,15 +237,8 @@ async fn replay_on(
             let channel = channel.clone();
             let context = context.clone();
             tokio::spawn(async move {
-                let kind = input.kind.clone();
-                let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
-                let event = PluginEvent {
-                    event: &input,
-                    channel: channel.as_deref(),
-                    context: &context,
-                };
                 let t = Instant::now();
-                let result = plugin.call(&event, &check).await;
+                let result = call(&plugin, &input, channel.as_deref(), &context).await;
                 (
                     result,
                     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
@@ -261,13 +254,6 @@ async fn replay_on(
                 joined.map_err(|e| TryoutError::Plugin(format!("a replayed call stopped: {e}")))?;
             micros.push(took);
             let recorded_live = recorded.outcomes.iter().find(|o| o.plugin == against);
-            let kind = input.kind.clone();
-            let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
-            let plugin_event = PluginEvent {
-                event: &input,
-                channel: channel.as_deref(),
-                context: &context,
-            };
             if let Ok(o) = &result {
                 summary.forwarded += o.forwards.len() as u64;
                 if matches!(o.action, Action::Reply(_)) {
@@ -306,7 +292,9 @@ async fn replay_on(
                                     "the live plugin did not load".into(),
                                 ));
                             };
-                            Decision::of(&l.plugin.call(&plugin_event, &check).await)
+                            Decision::of(
+                                &call(&l.plugin, &input, channel.as_deref(), &context).await,
+                            )
                         }
                     };
                     (
@@ -365,6 +353,23 @@ async fn replay_on(
     drop(live);
     scratch.close().await;
     Ok(summary)
+}
+
+/// One call of `plugin` on `input`, its outcome checked as the hub checks it.
+async fn call(
+    plugin: &Arc<Plugin>,
+    input: &Event,
+    channel: Option<&str>,
+    context: &Value,
+) -> Result<Outcome, PluginError> {
+    let kind = input.kind.clone();
+    let check = move |action: &mut Action| crate::pipeline::check_action(&kind, action);
+    let event = PluginEvent {
+        event: input,
+        channel,
+        context,
+    };
+    plugin.call(&event, &check).await
 }
 
 /// The event the candidate gets: the payload as it entered, when it was
