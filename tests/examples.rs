@@ -326,3 +326,60 @@ async fn faq_bot_answers_and_hands_the_chat_to_an_agent() {
     );
     ex.hub.shutdown().await;
 }
+
+/// examples/shadow-redact: the live route keeps the e-mail address, the
+/// shadow `redact-v2` would mask it; the difference is counted and shown,
+/// and nothing of it reaches the stored message.
+#[tokio::test]
+async fn shadow_redact_shows_what_the_changed_redact_would_do() {
+    plugin_wasm("redact"); // built by scripts/build-plugins.sh, as the README says
+    let mut config = load("shadow-redact", &Env::empty());
+    let integrator = Integrator::start().await;
+    let endpoint = &mut config.channels[0].customer_endpoint;
+    *endpoint = same_path_on(endpoint, &integrator);
+    let ex = Example::start(config).await;
+    for text in ["Where is my order?", "Mail me at bob@example.com"] {
+        let (status, body) = ex
+            .hub
+            .customer(
+                &ex.website,
+                json!({ "sender": { "id": 42 }, "message": { "type": "text", "text": text } }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let report = eventually(WAIT, "both messages shadowed", || async {
+        let (_, r) = ex
+            .hub
+            .admin(
+                reqwest::Method::GET,
+                "/admin/v1/plugins/redact-v2/shadow",
+                None,
+            )
+            .await;
+        (r["counts"]["same"] == 1 && r["counts"]["changed"] == 1).then_some(r)
+    })
+    .await;
+    let d = &report["recent"][0];
+    assert_eq!(d["live"]["message"]["text"], "Mail me at bob@example.com");
+    assert_eq!(d["shadow"]["message"]["text"], "Mail me at [email]");
+    let stored = ex
+        .hub
+        .store()
+        .events_of_kind("channel.customer_message", 1)
+        .await
+        .expect("events");
+    assert_eq!(
+        stored[0].payload["message"]["text"],
+        "Mail me at bob@example.com"
+    );
+    let m = ex.hub.metrics().await;
+    assert_eq!(
+        m.get(
+            "hub_shadow_outcomes_total{route=\"routes[0]\",plugin=\"redact-v2\",result=\"changed\"}"
+        ),
+        Some(&1.0),
+        "{m:?}"
+    );
+    ex.hub.shutdown().await;
+}

@@ -23,6 +23,7 @@ mod plugins;
 mod polyglot;
 mod postgres;
 mod process;
+mod replay;
 mod scaleout;
 mod webhooks;
 mod widget_api;

@@ -15,6 +15,10 @@
 //! the plugin's `time_share` of the protected runs (default: the hub's).
 //! BENCH_FAULT=python runs the same hostile modes built from Python
 //! (`tests/plugins/fault-py`, built by `scripts/polyglot.sh`).
+//! BENCH_SHADOW=1 runs each hostile plugin as the hostile channel's
+//! **shadow** (`shadow = ["hostile"]` beside a no-op live plugin) instead of
+//! in its chain: its work is then off the request's path and nothing it
+//! does takes effect, and the ordinary channel must not notice it either.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -228,7 +232,7 @@ impl Served {
              [[destinations]]\nname = \"sink\"\nurl = \"http://127.0.0.1:9/sink\"\n\n\
              [[plugins]]\nname = \"hostile\"\npath = \"{}\"\n{}\n[plugins.config]\n{}\n\n\
              [[routes]]\nevents = [\"channel.customer_message\"]\nchannels = [\"hostile\"]\n\
-             plugins = [\"hostile\"]\non_error = \"skip\"\n",
+             on_error = \"skip\"\n{}",
             dir.join("hub.db").display(),
             if rate_limited {
                 ""
@@ -245,7 +249,16 @@ impl Served {
             } else {
                 format!("{}\ntime_share = 1000", s.limits)
             },
-            s.config
+            s.config,
+            if std::env::var("BENCH_SHADOW").is_ok_and(|v| v == "1") {
+                format!(
+                    "plugins = [\"live\"]\nshadow = [\"hostile\"]\n\n\
+                     [[plugins]]\nname = \"live\"\npath = \"{}\"\n",
+                    plugins.join("fault.wasm").display()
+                )
+            } else {
+                "plugins = [\"hostile\"]\n".to_owned()
+            }
         );
         let path = dir.join("hub.toml");
         std::fs::write(&path, config).expect("write config");

@@ -299,6 +299,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     }
     let kick = Kick::default();
     let pipeline = Arc::new(Pipeline::new(wiring.clone(), store.clone()));
+    pipeline.keep_inbound(config.storage.keep_inbound_hours);
     let conversations = Conversations::new(
         store.clone(),
         live.clone(),

@@ -124,6 +124,51 @@ enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a candidate plugin on recorded events and compare each outcome
+    /// with what the live plugin did; the hub's database is only read.
+    Replay(ReplayArgs),
+    /// Make a shadow plugin live in place of the plugin it shadows: edits
+    /// the configuration file; a reload (SIGHUP) puts it in force.
+    Promote {
+        /// The shadow plugin's name.
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// A plugin named in the configuration, or the path of a .wasm file.
+    plugin: String,
+    /// The candidate's config table as JSON or TOML (replaces the one in hub.toml).
+    #[arg(long = "plugin-config")]
+    plugin_config: Option<String>,
+    /// The live plugin to compare with (default: the candidate's name).
+    #[arg(long)]
+    against: Option<String>,
+    /// Events of the last DURATION (`90s`, `30m`, `24h`, `7d`).
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    since: Option<String>,
+    /// Events from this id on (ids are time-ordered).
+    #[arg(long)]
+    from: Option<String>,
+    /// Events up to this id.
+    #[arg(long)]
+    to: Option<String>,
+    /// Events of this kind only.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Events of the channel of this name only.
+    #[arg(long)]
+    channel: Option<String>,
+    /// Events at most.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Print each differing event with its changes.
+    #[arg(long)]
+    diff: bool,
+    /// The summary (and differences) as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -363,7 +408,11 @@ async fn run(cli: Cli) -> Result<()> {
         init_tracing(&hub::config::LogConfig::default(), &cli.config, false)?;
         return plugin_new(*lang, name, dir.as_deref());
     }
-    let scratch = matches!(cli.command, Command::Plugin(PluginCommand::Test(_)));
+    // Both open a scratch database, whose migrations are no news.
+    let scratch = matches!(
+        cli.command,
+        Command::Plugin(PluginCommand::Test(_) | PluginCommand::Replay(_))
+    );
     // A plugin file can be tried where there is no hub.toml at all.
     let config = match &cli.command {
         Command::Plugin(PluginCommand::Test(_)) if !cli.config.exists() => {
@@ -393,6 +442,7 @@ async fn events(config: Config, cmd: EventsCommand) -> Result<()> {
         .event_by_id(&id)
         .await?
         .with_context(|| format!("no event has the id `{id}`"))?;
+    let outcomes = store.outcomes_of(&id).await?;
     let text = if as_event {
         let channel = match event.channel_id {
             Some(channel_id) => store.channel_by_id(channel_id).await?.map(|c| c.name),
@@ -410,7 +460,22 @@ async fn events(config: Config, cmd: EventsCommand) -> Result<()> {
         }
         serde_json::to_string_pretty(&file)?
     } else {
-        serde_json::to_string_pretty(&event)?
+        // What each plugin of the live chain did, so "which plugin changed
+        // this message?" has an answer.
+        let mut value = serde_json::to_value(&event)?;
+        value["outcomes"] = outcomes
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "plugin": o.plugin,
+                    "verdict": o.verdict,
+                    "payload_hash": o.payload_hash,
+                    "forwards": o.forwards,
+                    "error_kind": o.error_kind,
+                })
+            })
+            .collect();
+        serde_json::to_string_pretty(&value)?
     };
     store.close().await;
     out(&text)
@@ -505,7 +570,123 @@ async fn plugin(config: Config, cmd: PluginCommand) -> Result<()> {
         PluginCommand::Test(args) if args.watch => watch(&config, &args).await,
         PluginCommand::Test(args) => test_once(&config, &args).await,
         PluginCommand::Kv { name, json } => plugin_kv(&config, &name, json).await,
+        PluginCommand::Replay(args) => plugin_replay(&config, args).await,
+        PluginCommand::Promote { name } => plugin_promote(&config, &name),
     }
+}
+
+async fn plugin_replay(config: &Config, args: ReplayArgs) -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let since = match &args.since {
+        Some(text) => {
+            let back = parse_age(text).with_context(|| format!("--since `{text}`"))?;
+            let back = i64::try_from(back.as_millis()).unwrap_or(i64::MAX);
+            Some(hub::clock::now_ms().saturating_sub(back))
+        }
+        None => None,
+    };
+    let request = tryout::replay::Request {
+        plugin: args.plugin,
+        plugin_config: args.plugin_config,
+        against: args.against,
+        filter: hub::store::outcomes::LogFilter {
+            since,
+            from: args.from,
+            to: args.to,
+            kind: args.kind,
+            channel_id: None,
+        },
+        channel: args.channel,
+        limit: args.limit,
+        diff: args.diff,
+    };
+    // Ctrl-C ends the replay with the summary of what was done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |done: u64, limit: Option<u64>| {
+        if tty {
+            let of = limit.map_or_else(String::new, |l| format!(" of {l}"));
+            eprint!("\r{done}{of} events replayed");
+        }
+    };
+    let summary = tryout::replay::replay(config, &request, &stop, &mut progress).await?;
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    if args.json {
+        return out(&serde_json::to_string_pretty(&summary)?);
+    }
+    let mut text = String::new();
+    for d in &summary.differences {
+        text.push_str(&format!(
+            "--- {} {} ({}{})\n",
+            d.event_id,
+            d.kind,
+            serde_json::to_value(d.result)?.as_str().unwrap_or_default(),
+            d.error_kind
+                .as_deref()
+                .map(|k| format!(": {k}"))
+                .unwrap_or_default()
+        ));
+        for c in &d.changes {
+            text.push_str(&format!(
+                "  {}\n    - live:      {}\n    + candidate: {}\n",
+                c["path"].as_str().unwrap_or_default(),
+                c["live"],
+                c["candidate"]
+            ));
+        }
+    }
+    text.push_str(&tryout::replay::render(&summary));
+    out(&text)
+}
+
+/// `90s`, `30m`, `24h`, `7d`.
+fn parse_age(text: &str) -> Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n
+        .parse()
+        .context("a number and a unit: 90s, 30m, 24h, 7d")?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => anyhow::bail!("the unit is one of s, m, h, d"),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
+}
+
+fn plugin_promote(config: &Config, name: &str) -> Result<()> {
+    let file = config
+        .source
+        .clone()
+        .context("promote edits the configuration file; none was read")?;
+    let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+    let (new_text, said) =
+        tryout::promote::promote(config, &text, name).map_err(anyhow::Error::msg)?;
+    // The edited file must load as the old one did, or it is not written.
+    Config::parse(&new_text, &file).context("the edited configuration")?;
+    let tmp = file.with_extension("toml.promote");
+    std::fs::write(&tmp, &new_text).with_context(|| tmp.display().to_string())?;
+    std::fs::rename(&tmp, &file).with_context(|| file.display().to_string())?;
+    let mut text = said.join("\n");
+    text.push_str(&format!(
+        "\n{} written; reload the hub to put it in force (SIGHUP: `systemctl reload hub` or `kill -HUP <pid>`)",
+        file.display()
+    ));
+    out(&text)
 }
 
 fn plugin_new(lang: scaffold::Lang, name: &str, dir: Option<&Path>) -> Result<()> {

@@ -2,6 +2,8 @@
 //! against a scratch database, and running one plugin on one recorded event
 //! with stand-ins for its destinations.
 
+pub mod promote;
+pub mod replay;
 mod stand_in;
 
 use std::path::{Path, PathBuf};
@@ -319,6 +321,7 @@ async fn run_on(
             store: scratch.store.clone(),
             destinations: Arc::new(Destinations::from_config(&destinations)),
             sender: sender.clone(),
+            shadow: false,
         };
         let (loaded, _) = Plugin::load(&runtime, &under_test, &path, services)
             .map_err(|e| TryoutError::Setup(e.to_string()))?;

@@ -103,7 +103,8 @@ async function terminate(proc) {
  * Starts `hub serve` on a free port with a fresh database and no plugins,
  * and waits until `/healthz` answers.
  */
-export async function startHub() {
+/** A hub; `extraToml` is appended to its hub.toml (plugins, routes). */
+export async function startHub(extraToml = '') {
   if (!existsSync(HUB_BIN)) {
     throw new Error(`${HUB_BIN} is missing: build it first (cargo build -p hub --locked)`);
   }
@@ -126,6 +127,7 @@ export async function startHub() {
         '[admin]',
         `token = "${ADMIN_TOKEN}"`,
         '',
+        extraToml,
       ].join('\n'),
     );
     const base = `http://127.0.0.1:${port}`;

@@ -375,11 +375,34 @@
       }
       const routes = b.routes || [];
       if (routes.length) {
-        parts.push(table('Routes', ['Events', 'Channels', 'Plugins', 'On error'], routes.map((r) => row(
+        parts.push(table('Routes', ['Events', 'Channels', 'Plugins', 'Shadows', 'On error'], routes.map((r) => row(
           (r.events || []).join(', '), (r.channels || []).join(', ') || 'all',
-          [...(r.plugins || []), ...(r.missing || []).map((m) => `${m} (missing)`)].join(', '), r.on_error)), ''));
+          [...(r.plugins || []), ...(r.missing || []).map((m) => `${m} (missing)`)].join(', '),
+          (r.shadow || []).join(', ') || '—', r.on_error)), ''));
+      }
+      const shadows = [...new Set(routes.flatMap((r) => r.shadow || []))];
+      for (const name of shadows) {
+        const s = await get(pl, `/admin/v1/plugins/${encodeURIComponent(name)}/shadow`);
+        if (s) parts.push(shadowView(name, s));
       }
       pl.list.replaceChildren(...parts);
+    }
+
+    /** A payload as indented JSON, for reading side by side. */
+    const json = (v) => h('pre', { class: 'admin-json', text: JSON.stringify(v, null, 2) });
+
+    /** A shadow plugin's counts and its latest differing events, live and shadow side by side. */
+    function shadowView(name, s) {
+      const counts = Object.entries(s.counts || {}).map(([k, n]) => `${k} ${n}`).join(', ');
+      const recent = s.recent || [];
+      return h('div', { class: 'admin-shadow' },
+        h('h3', { text: `Shadow ${name}` }),
+        h('p', { class: 'admin-intro', text: `Compared with live: ${counts}. Nothing a shadow does takes effect.` }),
+        table(`Recent differences of shadow ${name}`, ['Event', 'Kind', 'Result', 'Live', 'Shadow'],
+          recent.map((d) => row(h('span', {}, code(d.event_id), h('br'), when(d.at)), d.kind,
+            h('span', { class: 'admin-nowrap', text: d.error_kind ? `${d.result} (${d.error_kind})` : d.result }),
+            json(d.live), json(d.shadow))),
+          'No differences yet.'));
     }
 
     // ------------------------------------------------------- dead letters

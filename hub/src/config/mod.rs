@@ -305,6 +305,12 @@ pub struct StorageConfig {
     /// for good. Dead letters stay until they are replayed.
     #[serde(default = "default_delivered_retention_hours")]
     pub delivered_retention_hours: u64,
+    /// Hours inbound payloads are kept as they entered, before any plugin,
+    /// so a candidate for the head of a chain (a new `redact`) can be
+    /// replayed on them; 0 (the default) keeps none. A privacy trade-off:
+    /// these are the texts the live chain masks.
+    #[serde(default)]
+    pub keep_inbound_hours: u64,
 }
 
 /// `hub check` promises an answer within two minutes, so a connection
@@ -566,6 +572,7 @@ impl Default for StorageConfig {
             acquire_timeout_ms: default_acquire_timeout_ms(),
             connect_timeout_ms: default_connect_timeout_ms(),
             delivered_retention_hours: default_delivered_retention_hours(),
+            keep_inbound_hours: 0,
         }
     }
 }

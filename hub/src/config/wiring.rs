@@ -86,6 +86,11 @@ pub struct PluginConfig {
     /// [`Config::plugin_required`]).
     #[serde(default)]
     pub required: Option<bool>,
+    /// For a shadow plugin (a route's `shadow`): the live plugin of that
+    /// route it is a candidate for. It then sees what that plugin saw and
+    /// is compared with what it did; `hub plugin promote` puts it in its place.
+    #[serde(default)]
+    pub shadows: Option<String>,
     /// Where the entry is written. Filled by loading only.
     #[serde(skip)]
     pub lines: EntryLines,
@@ -122,6 +127,7 @@ impl PluginConfig {
             kv_max_writes_per_call: default_plugin_kv_max_writes_per_call(),
             kv_max_bytes_per_call: default_plugin_kv_max_bytes_per_call(),
             required: None,
+            shadows: None,
             lines: EntryLines::default(),
         }
     }
@@ -252,6 +258,10 @@ pub struct RouteConfig {
     pub plugins: Vec<String>,
     #[serde(default)]
     pub on_error: OnError,
+    /// Plugins run on the route's events after its chain, without effect,
+    /// to compare their outcome with the live one.
+    #[serde(default)]
+    pub shadow: Vec<String>,
 }
 
 /// What a failed plugin call means for the event.
@@ -438,6 +448,7 @@ pub(super) fn check(config: &mut Config, env: &Env, problems: &mut Vec<String>) 
                 problems.push(format!("{key}.plugins[{j}]: no plugin is named `{p}`"));
             }
         }
+        check_shadows(config, i, problems);
         // Channels made through the API are valid targets too, so an unknown
         // name is only worth a warning at start, not a refusal here.
         for (j, c) in r.channels.iter().enumerate() {
@@ -524,11 +535,78 @@ pub fn expand_env(value: &str, get: impl Fn(&str) -> Option<String>) -> Result<S
 }
 
 // Error texts are checked by the fixtures in `tests/fixtures/config/` (see `fixtures.rs`).
+/// A route's shadows: known plugins, live nowhere (a shadow's sends are
+/// never made), each paired with a plugin of the route if it names one.
+fn check_shadows(config: &Config, i: usize, problems: &mut Vec<String>) {
+    let r = &config.routes[i];
+    for (j, name) in r.shadow.iter().enumerate() {
+        let key = format!("routes[{i}].shadow[{j}]");
+        let Some(entry) = config.plugins.iter().find(|p| &p.name == name) else {
+            problems.push(format!("{key}: no plugin is named `{name}`"));
+            continue;
+        };
+        if config
+            .routes
+            .iter()
+            .any(|other| other.plugins.contains(name))
+        {
+            problems.push(format!(
+                "{key}: `{name}` is live on a route; a shadow runs only as a shadow \
+                 (`hub plugin promote {name}` makes it live)"
+            ));
+        }
+        if let Some(live) = &entry.shadows
+            && !r.plugins.contains(live)
+        {
+            problems.push(format!(
+                "{key}: `{name}` shadows `{live}`, which is not a plugin of this route"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn a_shadow_must_be_a_plugin_live_nowhere_and_shadow_a_plugin_of_its_route() {
+        let text = r#"
+            [[plugins]]
+            name = "redact"
+            path = "redact.wasm"
+            [[plugins]]
+            name = "v2"
+            path = "redact.wasm"
+            shadows = "spam"
+            [[routes]]
+            events = ["channel.*"]
+            plugins = ["redact"]
+            shadow = ["v2", "nope"]
+            [[routes]]
+            events = ["agent.*"]
+            plugins = ["v2"]
+        "#;
+        let err = Config::from_toml(text, Path::new("hub.toml"), &Env::empty())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("routes[0].shadow[0]: `v2` is live on a route"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "routes[0].shadow[0]: `v2` shadows `spam`, which is not a plugin of this route"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.contains("routes[0].shadow[1]: no plugin is named `nope`"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn environment_variables_fill_header_values() {

@@ -37,6 +37,8 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
         (Method::DELETE, ["bots", key]) => delete_bot(app, key).await,
         (_, ["bots"] | ["bots", _]) => method_not_allowed(),
         (Method::GET, ["plugins"]) => list_plugins(app),
+        (Method::GET, ["plugins", name, "shadow"]) => shadow_report(app, name),
+        (_, ["plugins", _, "shadow"]) => method_not_allowed(),
         (Method::PUT, ["channels", id, "webhook"]) => set_webhook(app, req, id).await,
         (Method::GET, ["deliveries"]) => list_deliveries(app, &req).await,
         // `replay` is a path of its own (POST only), never a delivery id.
@@ -396,6 +398,7 @@ fn list_plugins(app: &App) -> Resp {
                 "channels": r.channels,
                 "plugins": r.plugins.iter().map(|p| p.name()).collect::<Vec<_>>(),
                 "missing": r.missing,
+                "shadow": r.shadows.iter().map(|s| s.plugin.name()).collect::<Vec<_>>(),
                 "on_error": match r.on_error {
                     crate::config::OnError::Skip => "skip",
                     crate::config::OnError::Reject => "reject",
@@ -412,6 +415,29 @@ fn list_plugins(app: &App) -> Resp {
         StatusCode::OK,
         &json!({ "plugins": plugins, "routes": routes, "unavailable": unavailable }),
     )
+}
+
+/// A shadow plugin's counts and latest differing events; 404 for a name
+/// that is no shadow of the wiring in force and has nothing recorded.
+fn shadow_report(app: &App, name: &str) -> Resp {
+    let report = app.wiring.shadows().report(name);
+    let is_shadow = app
+        .wiring
+        .current()
+        .routes
+        .iter()
+        .any(|r| r.shadows.iter().any(|s| s.plugin.name() == name));
+    let seen = report["counts"]
+        .as_object()
+        .is_some_and(|c| c.values().any(|n| n.as_u64().unwrap_or(0) > 0));
+    if !is_shadow && !seen {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no route shadows a plugin of this name",
+        );
+    }
+    json(StatusCode::OK, &report)
 }
 
 #[derive(Deserialize)]

@@ -28,6 +28,7 @@ pub async fn handle(app: &App) -> Resp {
     render_pool(&mut text, app.store.pool_use());
     render_outbox(&mut text, app).await;
     text.push_str(&render(app));
+    app.wiring.shadows().render(&mut text);
     render_kv(&mut text, app).await;
     with_type(StatusCode::OK, CONTENT_TYPE, full(text))
 }

@@ -3,6 +3,8 @@
 //! change, drop or answer the event and to forward payloads. Edges and the
 //! core never skip this step.
 
+pub mod record;
+pub mod shadow;
 mod validate;
 pub mod wiring;
 
@@ -15,9 +17,11 @@ use serde_json::{Value, json};
 use crate::config::OnError;
 use crate::event::Event;
 use crate::pipeline::wiring::{Route, WiringHandle};
-use crate::runtime::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent};
+use crate::runtime::{Action, Forward, KvWrites, Outcome, Plugin, PluginError, PluginEvent};
 use crate::store::outbox::enqueue;
 use crate::store::{NewDelivery, Store, StoreError};
+use record::{Call, Recorder};
+use shadow::{Decision, Job};
 
 pub use validate::{AutoReply, action as check_action, auto_reply};
 
@@ -60,6 +64,22 @@ pub struct Pipeline {
     /// Online agents by channel, read at most once per [`CONTEXT_TTL`]
     /// (agents of this hub going on- or offline clear it at once).
     online: Mutex<HashMap<i64, (Instant, i64)>>,
+    recorder: Recorder,
+}
+
+/// What a chain did besides its result: each call for the outcome log,
+/// and the shadow calls to make once the event is on its way.
+#[derive(Default)]
+struct Trace {
+    calls: Vec<Call>,
+    inbound: Option<String>,
+    jobs: Vec<Job>,
+    /// The wiring the chain ran on, and the indexes of its routes that
+    /// took the event.
+    wiring: Option<Arc<wiring::Wiring>>,
+    taken: Vec<usize>,
+    channel: Option<Arc<str>>,
+    context: Option<Arc<Value>>,
 }
 
 /// How stale the context plugins see may be when another process (a second
@@ -97,6 +117,7 @@ impl Pipeline {
     pub fn new(wiring: WiringHandle, store: Store) -> Pipeline {
         Pipeline {
             wiring,
+            recorder: Recorder::new(store.clone()),
             store,
             channel_names: Mutex::new(HashMap::new()),
             online: Mutex::new(HashMap::new()),
@@ -120,8 +141,15 @@ impl Pipeline {
         &self.wiring
     }
 
+    /// `[storage] keep_inbound_hours`, set once at start.
+    pub fn keep_inbound(&self, hours: u64) {
+        self.recorder.keep_inbound(hours);
+    }
+
     pub async fn run(&self, event: Event) -> Routed {
-        let routed = self.chain(event).await;
+        let mut trace = Trace::default();
+        let routed = self.chain(event, &mut trace).await;
+        self.after(&routed, trace);
         let verdict = match routed.verdict {
             Verdict::Continue if routed.changed => crate::obs::Verdict::Transformed,
             Verdict::Continue => crate::obs::Verdict::Passed,
@@ -133,7 +161,39 @@ impl Pipeline {
         routed
     }
 
-    async fn chain(&self, event: Event) -> Routed {
+    /// Records the chain's calls and starts its shadows, off the request's path.
+    fn after(&self, routed: &Routed, mut trace: Trace) {
+        let routes = trace.wiring.as_ref().map_or(&[][..], |w| &w.routes[..]);
+        for &i in &trace.taken {
+            let Some(route) = routes.get(i) else {
+                continue;
+            };
+            for s in route.shadows.iter().filter(|s| s.pairs.is_none()) {
+                let live = match &routed.verdict {
+                    Verdict::Continue => Decision::Continue(None),
+                    Verdict::Drop(r) => Decision::Drop(r.clone()),
+                    Verdict::Reply(r) => Decision::Reply(r.clone()),
+                    Verdict::Reject(_) => Decision::Failed("rejected"),
+                };
+                trace.jobs.push(Job {
+                    route: route_label(i),
+                    shadow: s.plugin.clone(),
+                    input: routed.event.clone(),
+                    live,
+                });
+            }
+        }
+        self.recorder
+            .record(routed.event.id.to_string(), trace.calls, trace.inbound);
+        if !trace.jobs.is_empty() {
+            let context = trace.context.unwrap_or_default();
+            self.wiring
+                .shadows()
+                .start(trace.jobs, trace.channel, context);
+        }
+    }
+
+    async fn chain(&self, event: Event, trace: &mut Trace) -> Routed {
         let wiring = self.wiring.current();
         let mut routed = Routed {
             event,
@@ -146,30 +206,44 @@ impl Pipeline {
             return routed;
         }
         let channel = self.channel_name(routed.event.channel_id).await;
-        let taken: Vec<&Route> = wiring
+        let taken: Vec<(usize, &Route)> = wiring
             .routes
             .iter()
-            .filter(|r| r.takes(routed.event.kind.as_str(), channel.as_deref()))
+            .enumerate()
+            .filter(|(_, r)| r.takes(routed.event.kind.as_str(), channel.as_deref()))
             .collect();
+        trace.taken = taken.iter().map(|(i, _)| *i).collect();
+        if taken.iter().any(|(_, r)| !r.shadows.is_empty()) {
+            trace.wiring = Some(wiring.clone());
+        }
         // A plugin that did not load fails every call: a rejecting route refuses.
         if let Some(name) = taken
             .iter()
+            .map(|(_, r)| r)
             .filter(|r| r.on_error == OnError::Reject)
             .find_map(|r| r.missing.first())
         {
             routed.verdict = Verdict::Reject(format!("plugin `{name}` is not loaded"));
             return routed;
         }
-        let chain: Vec<(&Route, &Arc<Plugin>)> = taken
+        let chain: Vec<(usize, &Route, &Arc<Plugin>)> = taken
             .iter()
-            .flat_map(|r| r.plugins.iter().map(move |p| (*r, p)))
+            .flat_map(|(i, r)| r.plugins.iter().map(move |p| (*i, *r, p)))
             .collect();
-        if chain.is_empty() {
+        let shadowed = taken.iter().any(|(_, r)| !r.shadows.is_empty());
+        if chain.is_empty() && !shadowed {
             return routed;
         }
         let context = self.context(&routed.event).await;
+        if shadowed {
+            trace.channel = channel.clone();
+            trace.context = Some(Arc::new(context.clone()));
+        }
+        if self.recorder.keeps_inbound() && routed.event.direction == crate::event::Direction::In {
+            trace.inbound = Some(routed.event.payload.to_string());
+        }
         let may_forward = !routed.event.kind.as_str().starts_with(FORWARD_PREFIX);
-        for (route, plugin) in chain {
+        for (route_index, route, plugin) in chain {
             let input = PluginEvent {
                 event: &routed.event,
                 channel: channel.as_deref(),
@@ -177,7 +251,30 @@ impl Pipeline {
             };
             let kind = routed.event.kind.clone();
             let check = move |action: &mut Action| validate::action(&kind, action);
-            let outcome = match plugin.call(&input, &check).await {
+            // A shadow paired with this plugin sees what it saw.
+            let before = route
+                .shadows
+                .iter()
+                .any(|s| s.pairs.as_deref() == Some(plugin.name()))
+                .then(|| routed.event.clone());
+            let result = plugin.call(&input, &check).await;
+            trace.calls.push(call_of(plugin, &result));
+            if let Some(before) = before {
+                let live = Decision::of(&result);
+                for s in route
+                    .shadows
+                    .iter()
+                    .filter(|s| s.pairs.as_deref() == Some(plugin.name()))
+                {
+                    trace.jobs.push(Job {
+                        route: route_label(route_index),
+                        shadow: s.plugin.clone(),
+                        input: before.clone(),
+                        live: live.clone(),
+                    });
+                }
+            }
+            let outcome = match result {
                 Ok(o) => o,
                 Err(e) => match route.on_error {
                     OnError::Skip => {
@@ -297,5 +394,33 @@ impl Pipeline {
 
     fn names(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<str>>> {
         self.channel_names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How routes are named in metrics and the admin API: their place in `hub.toml`.
+pub fn route_label(index: usize) -> String {
+    format!("routes[{index}]")
+}
+
+/// One call as the outcome log keeps it.
+fn call_of(plugin: &Plugin, result: &Result<Outcome, PluginError>) -> Call {
+    let (verdict, payload_hash, forwards, error_kind) = match result {
+        Ok(o) => {
+            let (verdict, hash) = match &o.action {
+                Action::Continue(None) => ("continue", None),
+                Action::Continue(Some(p)) => ("changed", Some(record::payload_hash(p))),
+                Action::Drop(_) => ("drop", None),
+                Action::Reply(_) => ("reply", None),
+            };
+            (verdict, hash, o.forwards.len(), None)
+        }
+        Err(e) => ("failed", None, 0, Some(e.kind)),
+    };
+    Call {
+        plugin: plugin.name().into(),
+        verdict,
+        payload_hash,
+        forwards,
+        error_kind,
     }
 }

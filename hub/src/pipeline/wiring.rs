@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, OnError};
 use crate::outbound::HttpSender;
+use crate::pipeline::shadow::Board;
 use crate::runtime::destinations::Destinations;
 use crate::runtime::{Origin, Plugin, Runtime, Services};
 use crate::store::Store;
@@ -20,6 +21,16 @@ pub struct Route {
     /// route acts on them as on a failed call, per `on_error`.
     pub missing: Vec<String>,
     pub on_error: OnError,
+    /// Plugins run on the same events without effect, to compare (`shadow`).
+    pub shadows: Vec<Shadow>,
+}
+
+/// A route's shadow plugin and the live plugin it is a candidate for
+/// (`shadows` in its entry): it sees what that plugin saw and is compared
+/// with what it did. Without one, it sees the event as the chain left it.
+pub struct Shadow {
+    pub plugin: Arc<Plugin>,
+    pub pairs: Option<String>,
 }
 
 #[derive(Default)]
@@ -54,13 +65,24 @@ impl Wiring {
             store: store.clone(),
             destinations: destinations.clone(),
             sender: sender.clone(),
+            shadow: false,
         };
+        let shadows: Vec<&str> = config
+            .routes
+            .iter()
+            .flat_map(|r| r.shadow.iter().map(String::as_str))
+            .collect();
         let mut loaded = Loaded::default();
         let mut plugins = HashMap::new();
         let mut failed = Vec::new();
         let mut unavailable = Vec::new();
         for p in &config.plugins {
-            match Plugin::load(runtime, p, &config.resolve(&p.path), services.clone()) {
+            // A shadow's sends are answered without leaving the hub.
+            let services = Services {
+                shadow: shadows.contains(&p.name.as_str()),
+                ..services.clone()
+            };
+            match Plugin::load(runtime, p, &config.resolve(&p.path), services) {
                 Ok((plugin, origin)) => {
                     match origin {
                         Origin::Compiled => loaded.compiled.push(p.name.clone()),
@@ -91,12 +113,29 @@ impl Wiring {
                     None => problems.push(format!("routes[{i}]: no plugin is named `{name}`")),
                 }
             }
+            let mut route_shadows = Vec::new();
+            for name in &r.shadow {
+                match plugins.get(name) {
+                    Some(p) => route_shadows.push(Shadow {
+                        plugin: p.clone(),
+                        pairs: config
+                            .plugins
+                            .iter()
+                            .find(|c| &c.name == name)
+                            .and_then(|c| c.shadows.clone()),
+                    }),
+                    // A shadow that did not load shadows nothing; said above.
+                    None if failed.contains(&name.as_str()) => {}
+                    None => problems.push(format!("routes[{i}]: no plugin is named `{name}`")),
+                }
+            }
             routes.push(Route {
                 events: r.events.clone(),
                 channels: r.channels.clone(),
                 plugins: chain,
                 missing,
                 on_error: r.on_error,
+                shadows: route_shadows,
             });
         }
         if problems.is_empty() {
@@ -152,6 +191,7 @@ impl Wiring {
         for name in refused {
             self.plugins.remove(&name);
             for route in &mut self.routes {
+                route.shadows.retain(|s| s.plugin.name() != name);
                 let before = route.plugins.len();
                 route.plugins.retain(|p| p.name() != name);
                 if route.plugins.len() != before {
@@ -195,13 +235,14 @@ pub fn glob_matches(glob: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
-/// The wiring in force; cloning shares it.
+/// The wiring in force, and the shadows' board (which outlives reloads);
+/// cloning shares both.
 #[derive(Clone, Default)]
-pub struct WiringHandle(Arc<RwLock<Arc<Wiring>>>);
+pub struct WiringHandle(Arc<RwLock<Arc<Wiring>>>, Arc<Board>);
 
 impl WiringHandle {
     pub fn new(wiring: Wiring) -> WiringHandle {
-        WiringHandle(Arc::new(RwLock::new(Arc::new(wiring))))
+        WiringHandle(Arc::new(RwLock::new(Arc::new(wiring))), Arc::default())
     }
 
     pub fn current(&self) -> Arc<Wiring> {
@@ -211,6 +252,11 @@ impl WiringHandle {
     /// Puts `wiring` in force; events already under way finish on the old one.
     pub fn replace(&self, wiring: Wiring) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(wiring);
+    }
+
+    /// Shadow outcomes: counters and recent differences.
+    pub fn shadows(&self) -> &Arc<Board> {
+        &self.1
     }
 }
 

@@ -33,6 +33,9 @@ pub struct Services {
     pub store: Store,
     pub destinations: Arc<Destinations>,
     pub sender: HttpSender,
+    /// A shadow plugin (a route's `shadow`): its sends are answered
+    /// `200 {}` here and never made.
+    pub shadow: bool,
 }
 
 #[derive(Debug, Clone, Copy)]

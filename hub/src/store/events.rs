@@ -70,7 +70,7 @@ impl Store {
 
 const EVENT_COLUMNS: &str = "id, kind, direction, channel_id, chat_id, payload, created_at";
 
-fn event_from_row(row: &sqlx::any::AnyRow) -> Result<Event, StoreError> {
+pub(super) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<Event, StoreError> {
     let id: String = row.try_get("id").ctx("reading an event")?;
     let kind: String = row.try_get("kind").ctx("reading an event")?;
     let direction: String = row.try_get("direction").ctx("reading an event")?;

@@ -17,6 +17,7 @@ pub mod locks;
 pub mod notices;
 pub mod offline;
 pub mod outbox;
+pub mod outcomes;
 pub mod outgoing;
 pub mod sessions;
 pub mod webhooks;
@@ -349,6 +350,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/sqlite/0015_instances.sql"),
     ),
+    (
+        17,
+        include_str!("../../migrations/sqlite/0017_plugin_outcomes.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema: the same tables, columns and meaning as
@@ -414,6 +419,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         16,
         include_str!("../../migrations/postgres/0016_row_mode.sql"),
+    ),
+    (
+        17,
+        include_str!("../../migrations/postgres/0017_plugin_outcomes.sql"),
     ),
 ];
 

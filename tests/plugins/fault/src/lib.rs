@@ -70,6 +70,15 @@ impl Plugin for Fault {
             )),
             "reply" => Ok(Outcome::reply(required(&config, "payload")?)),
             "error" => Err(config.str_or("message", "fault plugin: error")?.to_owned()),
+            "everything" => {
+                // Every effect a plugin has, at once, then a drop: a shadow
+                // doing this must change nothing of live traffic.
+                let destination = config.required_str("destination")?;
+                host.kv_set(&format!("seen:{}", event.id), "1")?;
+                let _ = host.send(destination, event.payload())?;
+                Ok(Outcome::drop("dropped by fault plugin (everything)")
+                    .forward(destination, event.payload().clone()))
+            }
             "forward" => {
                 let destination = config.required_str("destination")?;
                 Ok(Outcome::pass().forward(destination, event.payload().clone()))

@@ -1,0 +1,130 @@
+//! Records what each live plugin did to each event (`plugin_outcomes`) and,
+//! when the operator opts in, the inbound payload as it entered. Written by
+//! a task of its own in batches, after the event: the request's
+//! transaction and its callers stay as they are, and a full queue drops
+//! records (counted in the log) rather than slow an event down.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::runtime::ErrorKind;
+use crate::store::Store;
+use crate::store::outcomes::OutcomeRow;
+
+/// Events whose records may wait to be written.
+const QUEUE: usize = 8192;
+/// How often kept inbound payloads are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// One plugin call of an event's chain, as recorded.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub plugin: Arc<str>,
+    pub verdict: &'static str,
+    pub payload_hash: Option<String>,
+    pub forwards: usize,
+    pub error_kind: Option<ErrorKind>,
+}
+
+/// The SHA-256 of a payload as stored (its JSON text), in hex.
+pub fn payload_hash(payload: &serde_json::Value) -> String {
+    hex::encode(Sha256::digest(payload.to_string().as_bytes()))
+}
+
+struct Record {
+    event_id: String,
+    calls: Vec<Call>,
+    inbound: Option<String>,
+}
+
+pub struct Recorder {
+    store: Store,
+    /// Kept inbound payloads' age limit; `None` keeps none.
+    keep_inbound: OnceLock<Option<Duration>>,
+    queue: OnceLock<mpsc::Sender<Record>>,
+}
+
+impl Recorder {
+    pub fn new(store: Store) -> Recorder {
+        Recorder {
+            store,
+            keep_inbound: OnceLock::new(),
+            queue: OnceLock::new(),
+        }
+    }
+
+    /// `[storage] keep_inbound_hours`: 0 keeps none. Set once, at start.
+    pub fn keep_inbound(&self, hours: u64) {
+        let keep = (hours > 0).then(|| Duration::from_secs(hours.saturating_mul(3600)));
+        let _ = self.keep_inbound.set(keep);
+    }
+
+    pub fn keeps_inbound(&self) -> bool {
+        self.keep_inbound.get().is_some_and(Option::is_some)
+    }
+
+    pub fn record(&self, event_id: String, calls: Vec<Call>, inbound: Option<String>) {
+        if calls.is_empty() {
+            return;
+        }
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let keep = self.keep_inbound.get().copied().flatten();
+            tokio::spawn(write_loop(self.store.clone(), rx, keep));
+            tx
+        });
+        if queue
+            .try_send(Record {
+                event_id,
+                calls,
+                inbound,
+            })
+            .is_err()
+        {
+            tracing::warn!("plugin outcomes not recorded: the recorder is behind");
+        }
+    }
+}
+
+async fn write_loop(store: Store, mut rx: mpsc::Receiver<Record>, keep: Option<Duration>) {
+    let mut pruned_at: Option<std::time::Instant> = None;
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 1024).await > 0 {
+        let mut rows = Vec::new();
+        let mut inbound = Vec::new();
+        for r in batch.drain(..) {
+            for (i, c) in r.calls.iter().enumerate() {
+                rows.push(OutcomeRow {
+                    event_id: r.event_id.clone(),
+                    position: i64::try_from(i).unwrap_or(i64::MAX),
+                    plugin: c.plugin.to_string(),
+                    verdict: c.verdict.to_owned(),
+                    payload_hash: c.payload_hash.clone(),
+                    forwards: i64::try_from(c.forwards).unwrap_or(i64::MAX),
+                    error_kind: c.error_kind.map(|k| k.as_str().to_owned()),
+                });
+            }
+            if let Some(p) = r.inbound {
+                inbound.push((r.event_id, p));
+            }
+        }
+        let now = crate::clock::now_ms();
+        if let Err(e) = store.record_outcomes(&rows, &inbound, now).await {
+            tracing::warn!(error = %e, "plugin outcomes not recorded");
+        }
+        // Without keeping (or after it was turned off), what is left goes.
+        if pruned_at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+            pruned_at = Some(std::time::Instant::now());
+            let keep = keep.map_or(0, |k| i64::try_from(k.as_millis()).unwrap_or(i64::MAX));
+            let before = now.saturating_sub(keep);
+            match store.prune_inbound(before).await {
+                Ok(n) if n > 0 => tracing::info!(deleted = n, "kept inbound payloads pruned"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "kept inbound payloads not pruned"),
+            }
+        }
+    }
+}
