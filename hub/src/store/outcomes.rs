@@ -38,45 +38,65 @@ impl Store {
         inbound: &[(String, String)],
         now: i64,
     ) -> Result<(), StoreError> {
+        let postgres = self.backend() == super::Backend::Postgres;
         // Inbound payloads first: whoever sees an event's outcomes finds
-        // its kept payload too.
+        // its kept payload too. One statement per chunk, in the row mode:
+        // these are inserts of rows nobody else writes, on the hot path.
         for chunk in inbound.chunks(ROWS_PER_WRITE) {
-            let mut w = self.begin_write().await?;
-            for (id, payload) in chunk {
-                sqlx::query(
-                    "INSERT INTO inbound_payloads (event_id, payload, created_at) \
-                     VALUES ($1, $2, $3) ON CONFLICT (event_id) DO NOTHING",
-                )
-                .bind(id)
-                .bind(payload)
+            let rows: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|(id, payload)| serde_json::json!({ "e": id, "p": payload }))
+                .collect();
+            let sql = if postgres {
+                "INSERT INTO inbound_payloads (event_id, payload, created_at) \
+                 SELECT x.e, x.p, $2 FROM json_to_recordset($1::JSON) AS x(e TEXT, p TEXT) \
+                 ON CONFLICT (event_id) DO NOTHING"
+            } else {
+                "INSERT INTO inbound_payloads (event_id, payload, created_at) \
+                 SELECT json_extract(value, '$.e'), json_extract(value, '$.p'), $2 \
+                 FROM json_each($1) WHERE true ON CONFLICT (event_id) DO NOTHING"
+            };
+            let mut w = self.begin_row_write().await?;
+            sqlx::query(sql)
+                .bind(serde_json::Value::Array(rows).to_string())
                 .bind(now)
                 .execute(&mut *w.tx)
                 .await
                 .ctx("keeping inbound payloads")?;
-            }
             w.commit().await?;
         }
         for chunk in outcomes.chunks(ROWS_PER_WRITE) {
-            let mut w = self.begin_write().await?;
-            for o in chunk {
-                sqlx::query(
-                    "INSERT INTO plugin_outcomes (event_id, position, plugin, verdict, \
-                     payload_hash, forwards, error_kind, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (event_id, position) DO NOTHING",
-                )
-                .bind(&o.event_id)
-                .bind(o.position)
-                .bind(&o.plugin)
-                .bind(&o.verdict)
-                .bind(o.payload_hash.as_deref())
-                .bind(o.forwards)
-                .bind(o.error_kind.as_deref())
+            let rows: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|o| {
+                    serde_json::json!({
+                        "e": o.event_id, "n": o.position, "p": o.plugin, "v": o.verdict,
+                        "h": o.payload_hash, "f": o.forwards, "k": o.error_kind,
+                    })
+                })
+                .collect();
+            let sql = if postgres {
+                "INSERT INTO plugin_outcomes (event_id, position, plugin, verdict, \
+                 payload_hash, forwards, error_kind, created_at) \
+                 SELECT x.e, x.n, x.p, x.v, x.h, x.f, x.k, $2 FROM json_to_recordset($1::JSON) \
+                 AS x(e TEXT, n BIGINT, p TEXT, v TEXT, h TEXT, f BIGINT, k TEXT) \
+                 ON CONFLICT (event_id, position) DO NOTHING"
+            } else {
+                "INSERT INTO plugin_outcomes (event_id, position, plugin, verdict, \
+                 payload_hash, forwards, error_kind, created_at) \
+                 SELECT json_extract(value, '$.e'), json_extract(value, '$.n'), \
+                 json_extract(value, '$.p'), json_extract(value, '$.v'), \
+                 json_extract(value, '$.h'), json_extract(value, '$.f'), \
+                 json_extract(value, '$.k'), $2 FROM json_each($1) WHERE true \
+                 ON CONFLICT (event_id, position) DO NOTHING"
+            };
+            let mut w = self.begin_row_write().await?;
+            sqlx::query(sql)
+                .bind(serde_json::Value::Array(rows).to_string())
                 .bind(now)
                 .execute(&mut *w.tx)
                 .await
                 .ctx("recording plugin outcomes")?;
-            }
             w.commit().await?;
         }
         Ok(())
