@@ -254,7 +254,7 @@ impl Served {
                 format!(
                     "plugins = [\"live\"]\nshadow = [\"hostile\"]\n\n\
                      [[plugins]]\nname = \"live\"\npath = \"{}\"\n",
-                    plugins.join("fault.wasm").display()
+                    plugins_dir().join("fault.wasm").display()
                 )
             } else {
                 "plugins = [\"hostile\"]\n".to_owned()
