@@ -56,14 +56,8 @@ impl Store {
                  SELECT json_extract(value, '$.e'), json_extract(value, '$.p'), $2 \
                  FROM json_each($1) WHERE true ON CONFLICT (event_id) DO NOTHING"
             };
-            let mut w = self.begin_row_write().await?;
-            sqlx::query(sql)
-                .bind(serde_json::Value::Array(rows).to_string())
-                .bind(now)
-                .execute(&mut *w.tx)
-                .await
-                .ctx("keeping inbound payloads")?;
-            w.commit().await?;
+            self.insert_rows(sql, rows, now, "keeping inbound payloads")
+                .await?;
         }
         for chunk in outcomes.chunks(ROWS_PER_WRITE) {
             let rows: Vec<serde_json::Value> = chunk
@@ -90,16 +84,29 @@ impl Store {
                  json_extract(value, '$.k'), $2 FROM json_each($1) WHERE true \
                  ON CONFLICT (event_id, position) DO NOTHING"
             };
-            let mut w = self.begin_row_write().await?;
-            sqlx::query(sql)
-                .bind(serde_json::Value::Array(rows).to_string())
-                .bind(now)
-                .execute(&mut *w.tx)
-                .await
-                .ctx("recording plugin outcomes")?;
-            w.commit().await?;
+            self.insert_rows(sql, rows, now, "recording plugin outcomes")
+                .await?;
         }
         Ok(())
+    }
+
+    /// Runs one `INSERT … SELECT` over `rows` (`$1`, a JSON array) and
+    /// `now` (`$2`) in a transaction of its own, in the row mode.
+    async fn insert_rows(
+        &self,
+        sql: &str,
+        rows: Vec<serde_json::Value>,
+        now: i64,
+        what: &'static str,
+    ) -> Result<(), StoreError> {
+        let mut w = self.begin_row_write().await?;
+        sqlx::query(sql)
+            .bind(serde_json::Value::Array(rows).to_string())
+            .bind(now)
+            .execute(&mut *w.tx)
+            .await
+            .ctx(what)?;
+        w.commit().await
     }
 
     /// Deletes kept inbound payloads older than `before` (ms), a bounded
