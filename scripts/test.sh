@@ -8,6 +8,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each test phase's output is kept in target/test-logs/; when a phase fails,
+# its failures (the `---- name stdout ----` sections with their panics) are
+# printed again at the very end, where a CI excerpt of the tail shows them.
+logs=target/test-logs
+mkdir -p "$logs"
+phase() {
+    local name=$1
+    shift
+    if ! "$@" 2>&1 | tee "$logs/$name.log"; then
+        echo "=== phase $name failed; its failures:"
+        grep -A15 -e '^---- ' "$logs/$name.log" | grep -v '^stack backtrace\|^   [0-9]*: \|^             at ' | head -300
+        exit 101
+    fi
+}
+
 # The suite's database is an embedded SQLite file and its integrators, CRMs
 # and bots are loopback HTTP servers.
 ./scripts/build-plugins.sh
@@ -24,19 +39,20 @@ cd "$(dirname "$0")/.."
 if ! command -v sqlite3 >/dev/null && [ "$(id -u)" -eq 0 ]; then
     apt-get update && apt-get install -y sqlite3
 fi
-# The Python and TypeScript plugin tests (`polyglot::slow_*`) compile
-# components of 12–19 MB (tens of seconds of a core each): they run on their
-# own afterwards, so the suite's timing tests (a bot provider's 3 s retries,
-# the spec's delivery timings) do not share the cores with them.
-cargo test --workspace --locked --no-fail-fast "$@" -- --skip polyglot::slow_
-cargo test -p hub --test e2e --locked --no-fail-fast "$@" polyglot::slow_
+# The tests named `slow_*` compile plugins (a new Rust crate for wasm32, the
+# Python and TypeScript components of 12–19 MB: a minute or more of both
+# cores on a fresh machine): they run on their own afterwards, so the
+# suite's timing tests (a bot provider's 3 s retries, the spec's delivery
+# timings, live streams) do not share the cores with them.
+phase sqlite cargo test --workspace --locked --no-fail-fast "$@" -- --skip ::slow_
+phase slow cargo test -p hub --test e2e --locked --no-fail-fast "$@" ::slow_
 # The same unit and end-to-end suites on PostgreSQL: a throwaway cluster in a
 # temporary directory (Debian's packages, installed if missing), removed
 # afterwards (the unit tests that need PostgreSQL, the store's plans and row
 # locks among them, return at once without it). Set HUB_TEST_DATABASE_URL to
 # run them against a server of your own instead.
-./scripts/with-postgres.sh cargo test -p hub --lib --test e2e --locked --no-fail-fast "$@" \
-    -- --skip polyglot::slow_
+phase postgres ./scripts/with-postgres.sh cargo test -p hub --lib --test e2e --locked --no-fail-fast "$@" \
+    -- --skip ::slow_
 # The widget runs in visitors' browsers, so only a browser can test it: Debian's
 # chromium against the hub binary, on a page served from another origin.
 ./scripts/test-browser.sh

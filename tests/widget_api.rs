@@ -1129,6 +1129,40 @@ async fn a_visitors_stream_resumes_after_its_last_event_id_in_order_and_once_acr
     site.hub.shutdown().await;
 }
 
+/// A page's stream is open once its answer's headers arrive: whatever is
+/// written after that reaches it, however soon. (The hub once fixed a new
+/// stream's starting point only after answering, so a message written at
+/// once could fall before it and never come: seen on a loaded machine.)
+#[tokio::test]
+async fn a_message_written_the_moment_a_stream_opens_still_reaches_it() {
+    let site = Site::open().await;
+    let visitor = site.visitor().await;
+    visitor.say("Hello?").await;
+    let chat = site.chat_of(&visitor).await;
+    site.act(chat, "accept").await;
+    for n in 0..25 {
+        let mut page = visitor.stream().await;
+        let text = format!("reply {n}");
+        let by = if n % 2 == 0 {
+            site.ann.reply(chat, &text).await;
+            "agent"
+        } else {
+            visitor.say(&text).await;
+            "visitor"
+        };
+        loop {
+            let Some((name, data, _)) = page.next_with_id(WAIT).await else {
+                panic!("the {by}'s {text:?}, written right after the stream opened, never came");
+            };
+            if name == "message" {
+                assert_eq!(data["text"], text.as_str(), "{data}");
+                break;
+            }
+        }
+    }
+    site.hub.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_visitors_page_hears_when_agents_go_online_and_offline() {
     let site = Site::open().await;

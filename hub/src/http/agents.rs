@@ -293,6 +293,7 @@ async fn send_message(app: &App, req: Request<Incoming>, agent: &Agent, chat_id:
 
 /// Server-Sent Events for the chats of the agent's channels.
 async fn stream(app: &App, agent: &Agent) -> Resp {
+    let listening = live_stream::listen(app);
     let channels = match app.store.agent_channel_ids(&agent.email).await {
         Ok(c) => c,
         Err(e) => {
@@ -302,11 +303,13 @@ async fn stream(app: &App, agent: &Agent) -> Resp {
     };
     live_stream::open(
         app,
+        listening,
         AgentFrames {
             channels,
             agent_id: agent.id,
         },
     )
+    .await
 }
 
 /// An agent's stream: every event of the agent's channels.

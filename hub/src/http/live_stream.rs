@@ -38,8 +38,9 @@ pub trait Frames: Send + 'static {
         None
     }
 
-    /// What to send first, once the stream listens to the broadcast: what a
-    /// resumed stream missed. Whatever is published meanwhile waits in the
+    /// What to send first, once the stream listens to the broadcast and
+    /// before its client sees it open: what a resumed stream missed, or
+    /// where a new one begins. Whatever is published meanwhile waits in the
     /// stream's queue and comes after.
     fn start(&mut self) -> impl Future<Output = Vec<Bytes>> + Send + '_ {
         async { Vec::new() }
@@ -49,10 +50,23 @@ pub trait Frames: Send + 'static {
     fn frame(&mut self, update: Update) -> impl Future<Output = Option<Bytes>> + Send + '_;
 }
 
-/// An open event stream fed by `frames`.
-pub fn open(app: &App, mut frames: impl Frames) -> Resp {
-    let mut updates = app.live.subscribe();
+/// The broadcast, listened to from now on: a stream's handler takes it
+/// before it reads the state its frames start from, so nothing published
+/// after that read can fall between the read and the stream.
+pub struct Listening(broadcast::Receiver<LiveEvent>);
+
+/// Starts listening to the live broadcast (see [`Listening`]).
+pub fn listen(app: &App) -> Listening {
+    Listening(app.live.subscribe())
+}
+
+/// An open event stream fed by `frames`. The answer's headers go out only
+/// once [`Frames::start`] has fixed where the stream begins: a client that
+/// sees the stream open gets everything published afterwards.
+pub async fn open(app: &App, listening: Listening, mut frames: impl Frames) -> Resp {
+    let Listening(mut updates) = listening;
     let mut shutdown = app.shutdown.clone();
+    let first = frames.start().await;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         let mut keepalive = tokio::time::interval(KEEPALIVE);
@@ -67,7 +81,7 @@ pub fn open(app: &App, mut frames: impl Frames) -> Resp {
         {
             return;
         }
-        for frame in frames.start().await {
+        for frame in first {
             if tx.send(frame).await.is_err() {
                 return;
             }

@@ -784,6 +784,8 @@ fn core_fail(e: CoreError) -> Resp {
 /// connected, also across a restart of the hub, since ids are the
 /// database's.
 async fn stream(app: &App, req: &Request<Incoming>, channel: &Channel, visitor: Client) -> Resp {
+    // Listening before the chats are read: a chat opened in between is heard.
+    let listening = live_stream::listen(app);
     let mut chats = match app.store.visitor_chats(visitor.id).await {
         Ok(c) => c,
         Err(e) => {
@@ -805,6 +807,7 @@ async fn stream(app: &App, req: &Request<Incoming>, channel: &Channel, visitor: 
         .unwrap_or(0);
     live_stream::open(
         app,
+        listening,
         VisitorFrames {
             store: app.store.clone(),
             channel_id: channel.id,
@@ -818,6 +821,7 @@ async fn stream(app: &App, req: &Request<Incoming>, channel: &Channel, visitor: 
             history_from,
         },
     )
+    .await
 }
 
 /// The id of the last message the page has, if it says: `Last-Event-ID`,
