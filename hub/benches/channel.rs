@@ -791,7 +791,7 @@ struct ServedHub {
 /// `BENCH_HUB` names another. `cargo bench` builds its own with the
 /// dev-dependencies' features in it, which measured slower than `cargo
 /// build --release -p hub --bin hub` of the same source (docs/performance.md,
-/// "Measuring"): point `BENCH_HUB` at that build to measure what operators run.
+/// "Two builds side by side"): point `BENCH_HUB` at that build to measure what operators run.
 fn served_binary() -> (PathBuf, bool) {
     match std::env::var_os("BENCH_HUB") {
         Some(path) => (PathBuf::from(path), false),

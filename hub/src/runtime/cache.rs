@@ -31,7 +31,7 @@ static COMPILER: OnceLock<PathBuf> = OnceLock::new();
 /// compile-plugin` (see [`compile_into`]). Why a child process: compiling
 /// leaves the compiler's code pages and its allocator arenas in the process
 /// that ran it, ~14 MB with the six example plugins, for as long as it
-/// runs (docs/performance.md, item 28); and a plugin that makes the
+/// runs (docs/performance.md, "What the figures depend on"); and a plugin that makes the
 /// compiler fail badly fails the child, not the hub.
 pub fn compile_in_child(program: PathBuf) {
     let _ = COMPILER.set(program);
@@ -118,7 +118,7 @@ impl ComponentCache {
         }
         // The stored copy, not the one just compiled: its code is then
         // pages of the file, as after a restart, instead of heap the
-        // process keeps (docs/performance.md, item 28).
+        // process keeps (docs/performance.md, "What the figures depend on").
         // SAFETY: as above; the file was written by this engine just now.
         match unsafe { Component::deserialize_file(engine, &file) } {
             Ok(stored) => Ok((stored, Origin::Compiled)),

@@ -108,7 +108,7 @@ pub(super) fn json_cell<T: serde::de::DeserializeOwned>(
 /// their prepared plans: planned per batch they cost a third of the
 /// ingress rate, and the tables they read (clients, chats) grow by a row
 /// per new visitor, slowly enough for autovacuum to keep up (measured:
-/// docs/performance.md, item 26).
+/// docs/performance.md, "What the figures depend on").
 pub(super) fn planned_per_batch<'q>(conn: &AnyConnection, sql: &'q str) -> Query<'q> {
     sqlx::query(sql).persistent(!is_postgres(conn))
 }
