@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{HubOptions, HubProcess, Integrator, skip_without_postgres, write_config};
+use crate::support::{HubOptions, HubProcess, Integrator, require_postgres, write_config};
 
 const SENDERS: usize = 200;
 const MESSAGES: usize = 3;
@@ -52,12 +52,11 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> Option<u16> {
     Some(resp.status().as_u16())
 }
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_writing_the_same_senders_at_once_keep_chats_numbers_order_and_sequences() {
     use sqlx::Row;
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let integrator = Integrator::start().await;
     let receiver = Integrator::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -280,12 +279,11 @@ async fn two_instances_writing_the_same_senders_at_once_keep_chats_numbers_order
 /// `kill -9` of one of two instances while both take messages: every
 /// message either was acknowledged and is stored exactly once, or was not
 /// acknowledged (its connection broke); the survivor goes on taking them.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
     use sqlx::Row;
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let integrator = Integrator::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let (config, url) = two_instances(dir.path());

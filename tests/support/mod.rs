@@ -93,14 +93,15 @@ pub fn on_postgres() -> bool {
     postgres_server().is_some()
 }
 
-/// Prints why a test needs PostgreSQL and returns `true` on SQLite:
-/// `if skip_without_postgres("…") { return; }`.
-pub fn skip_without_postgres(why: &str) -> bool {
-    if !on_postgres() {
-        eprintln!("skipped without PostgreSQL: {why}");
-        return true;
-    }
-    false
+/// Fails the test, saying why, when the suite does not run on PostgreSQL.
+/// Such a test is `#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]`,
+/// and `scripts/test.sh` runs the ignored tests under `with-postgres.sh`: run
+/// by hand without the server, it fails rather than pass having tested nothing.
+pub fn require_postgres(why: &str) {
+    assert!(
+        on_postgres(),
+        "this test needs PostgreSQL: {why}; run it under scripts/with-postgres.sh"
+    );
 }
 
 /// Prints why a test does nothing on PostgreSQL and returns `true` there:
