@@ -298,20 +298,22 @@ async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
     let on_b = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
     let on_a = on_b.replacen(&survivor.base, &doomed.base, 1);
     let http = reqwest::Client::new();
+    // Messages A acknowledged so far: it is killed once it has taken some.
+    let acked_by_a = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = acked_by_a.clone();
     let send = move |s: usize, m: usize| {
         let (http, on_a, on_b) = (http.clone(), on_a.clone(), on_b.clone());
+        let counted = counted.clone();
         async move {
-            let to = if (s + m).is_multiple_of(2) {
-                on_a
-            } else {
-                on_b
-            };
+            let to_a = (s + m).is_multiple_of(2);
+            let to = if to_a { on_a } else { on_b };
             let body = json!({ "sender": { "id": format!("k-{s}") },
                 "message": { "type": "text", "text": format!("k-{s} m-{m}") } });
-            (
-                format!("k-{s} m-{m}"),
-                post(&http, &to, body).await == Some(200),
-            )
+            let ok = post(&http, &to, body).await == Some(200);
+            if ok && to_a {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            (format!("k-{s} m-{m}"), ok)
         }
     };
     let load = tokio::spawn(
@@ -320,8 +322,12 @@ async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
             .buffer_unordered(48)
             .collect::<Vec<(String, bool)>>(),
     );
-    // Mid-stream: some of A's batches are in flight.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mid-stream: A has taken some messages and has more in flight.
+    crate::support::eventually(Duration::from_secs(60), "A taking messages", || {
+        let acked = acked_by_a.load(std::sync::atomic::Ordering::SeqCst);
+        std::future::ready((acked >= 50).then_some(()))
+    })
+    .await;
     doomed.kill();
     let sent = load.await.expect("load");
     let acked: Vec<&String> = sent.iter().filter(|(_, ok)| *ok).map(|(t, _)| t).collect();
