@@ -33,12 +33,22 @@ phase() {
 # (tests/polyglot.rs runs them and the `hub plugin new --lang` projects).
 ./scripts/polyglot.sh build
 ./scripts/polyglot.sh test
-# The battery (tests/battery/, run by `cargo test` in its short mode) checks
-# the database its crashes leave with the sqlite3 program: Debian's package,
-# installed if missing.
-if ! command -v sqlite3 >/dev/null && [ "$(id -u)" -eq 0 ]; then
-    apt-get update && apt-get install -y sqlite3
-fi
+# Programs some tests run, Debian's packages, installed if missing: the
+# battery (tests/battery/, run by `cargo test` in its short mode) checks the
+# database its crashes leave with sqlite3, and a test verifies the systemd
+# unit with systemd-analyze. Without them those tests fail, so a run that
+# cannot install them stops here and says so.
+need_program() {
+    local program="$1" package="$2"
+    command -v "$program" >/dev/null && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "$0: $program is not installed (apt-get install $package)" >&2
+        exit 1
+    fi
+    apt-get update && apt-get install -y "$package"
+}
+need_program sqlite3 sqlite3
+need_program systemd-analyze systemd
 # The tests named `slow_*` compile plugins (a new Rust crate for wasm32, the
 # Python and TypeScript components of 12–19 MB: a minute or more of both
 # cores on a fresh machine): they run on their own afterwards, so the
@@ -48,11 +58,18 @@ phase sqlite cargo test --workspace --locked --no-fail-fast "$@" -- --skip ::slo
 phase slow cargo test -p hub --test e2e --locked --no-fail-fast "$@" ::slow_
 # The same unit and end-to-end suites on PostgreSQL: a throwaway cluster in a
 # temporary directory (Debian's packages, installed if missing), removed
-# afterwards (the unit tests that need PostgreSQL, the store's plans and row
-# locks among them, return at once without it). Set HUB_TEST_DATABASE_URL to
-# run them against a server of your own instead.
+# afterwards. The tests that need PostgreSQL (several instances, the store's
+# plans and row locks, the database outage) or systemd-analyze are
+# `#[ignore = "needs …"]`, so a plain `cargo test` lists them as ignored
+# rather than passing them untested: they run here. Set
+# HUB_TEST_DATABASE_URL to run against a server of your own instead; the
+# outage test, which stops and starts a server, then stays out.
+own_server=()
+if [ -n "${HUB_TEST_DATABASE_URL:-}" ]; then
+    own_server=(--skip postgres::while_postgresql_is_down)
+fi
 phase postgres ./scripts/with-postgres.sh cargo test -p hub --lib --test e2e --locked --no-fail-fast "$@" \
-    -- --skip ::slow_
+    -- --include-ignored --skip ::slow_ "${own_server[@]}"
 # The widget runs in visitors' browsers, so only a browser can test it: Debian's
 # chromium against the hub binary, on a page served from another origin.
 ./scripts/test-browser.sh

@@ -552,8 +552,25 @@ async fn an_endpoint_that_comes_up_between_attempts_gets_the_message() {
         .await;
     let chat_id = desk.chat_on(&ch, json!(7)).await;
     let sent = desk.agent.reply(chat_id, "wake up").await;
-    // The first attempt is refused; the integrator starts before the second.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The first attempt is refused (the row waits for its retry, one
+    // attempt made); the integrator starts before the next one.
+    eventually(WAIT, "the first attempt refused", || async {
+        let (status, v) = desk
+            .hub
+            .admin(
+                reqwest::Method::GET,
+                "/admin/v1/deliveries?state=pending",
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v["deliveries"]
+            .as_array()?
+            .iter()
+            .any(|d| d["chat_id"] == json!(chat_id) && d["attempts"].as_i64() >= Some(1))
+            .then_some(())
+    })
+    .await;
     let late = Integrator::start_on(&addr.to_string()).await;
     let req = late.wait_for(1, WAIT).await.remove(0);
     assert_ne!(req.header("x-hub-attempt"), Some("1"));

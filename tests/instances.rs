@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    HubOptions, Integrator, TestAgent, TestHub, eventually, skip_without_postgres, storage_url,
+    HubOptions, Integrator, TestAgent, TestHub, eventually, require_postgres, storage_url,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -30,11 +30,10 @@ fn via(agent: &TestAgent, hub: &TestHub) -> TestAgent {
     }
 }
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_delivery() {
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let integrator = Integrator::start().await;
     let a = TestHub::start().await;
     let b = beside(&a).await;
@@ -90,12 +89,11 @@ async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_deliv
 /// How long a claimed delivery is held in the kill test.
 const LEASE_MS: u64 = 2_500;
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_lease_once_and_in_order()
  {
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     use crate::support::{HubProcess, Reply, write_config};
     let integrator = Integrator::start().await;
     // Slow answers keep attempts in flight when the instance dies.
@@ -248,11 +246,10 @@ async fn when_an_instance_dies_mid_delivery_another_delivers_its_rows_after_the_
     drop(survivor);
 }
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let provider = Integrator::start().await;
     let integrator = Integrator::start().await;
     let a = TestHub::start().await;
@@ -298,11 +295,10 @@ async fn a_bot_created_through_one_instance_answers_chats_started_on_another() {
 /// Instances started at once on an empty database, all applying the same
 /// declared channels and bots (as the default `hub.toml` declares
 /// `widget-demo`), then all restarted at once, as an orchestrator does.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn instances_started_at_the_same_moment_on_an_empty_database_all_come_up_twice() {
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     use crate::support::{HubProcess, write_config};
     const INSTANCES: usize = 4;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -396,11 +392,10 @@ async fn instances_started_at_the_same_moment_on_an_empty_database_all_come_up_t
     }
 }
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn a_bot_made_on_the_command_line_reaches_a_running_instance_at_once() {
-    if skip_without_postgres("the running hub hears of the change through PostgreSQL") {
-        return;
-    }
+    require_postgres("the running hub hears of the change through PostgreSQL");
     let provider = Integrator::start().await;
     let integrator = Integrator::start().await;
     let hub = TestHub::start().await;
@@ -572,11 +567,10 @@ async fn a_restarted_instance_sends_again_at_once_what_it_had_in_flight_when_kil
 /// Two instances; the one sending a reply dies (`kill -9`): the other takes
 /// the delivery over once the dead one's heartbeat is `takeover_ms` old,
 /// long before its 30 s lease ends, and sends it as the next attempt.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn when_an_instance_dies_the_other_takes_over_its_deliveries_after_its_heartbeat_stops() {
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     use crate::support::{HubProcess, Reply, write_config};
     let integrator = Integrator::start().await;
     integrator.script([Reply::ok().delayed(Duration::from_secs(25))]);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{HubOptions, HubProcess, Integrator, skip_without_postgres, write_config};
+use crate::support::{HubOptions, HubProcess, Integrator, require_postgres, write_config};
 
 const SENDERS: usize = 200;
 const MESSAGES: usize = 3;
@@ -52,12 +52,11 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> Option<u16> {
     Some(resp.status().as_u16())
 }
 
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_writing_the_same_senders_at_once_keep_chats_numbers_order_and_sequences() {
     use sqlx::Row;
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let integrator = Integrator::start().await;
     let receiver = Integrator::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -280,12 +279,11 @@ async fn two_instances_writing_the_same_senders_at_once_keep_chats_numbers_order
 /// `kill -9` of one of two instances while both take messages: every
 /// message either was acknowledged and is stored exactly once, or was not
 /// acknowledged (its connection broke); the survivor goes on taking them.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
     use sqlx::Row;
-    if skip_without_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)") {
-        return;
-    }
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
     let integrator = Integrator::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let (config, url) = two_instances(dir.path());
@@ -300,20 +298,22 @@ async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
     let on_b = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
     let on_a = on_b.replacen(&survivor.base, &doomed.base, 1);
     let http = reqwest::Client::new();
+    // Messages A acknowledged so far: it is killed once it has taken some.
+    let acked_by_a = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = acked_by_a.clone();
     let send = move |s: usize, m: usize| {
         let (http, on_a, on_b) = (http.clone(), on_a.clone(), on_b.clone());
+        let counted = counted.clone();
         async move {
-            let to = if (s + m).is_multiple_of(2) {
-                on_a
-            } else {
-                on_b
-            };
+            let to_a = (s + m).is_multiple_of(2);
+            let to = if to_a { on_a } else { on_b };
             let body = json!({ "sender": { "id": format!("k-{s}") },
                 "message": { "type": "text", "text": format!("k-{s} m-{m}") } });
-            (
-                format!("k-{s} m-{m}"),
-                post(&http, &to, body).await == Some(200),
-            )
+            let ok = post(&http, &to, body).await == Some(200);
+            if ok && to_a {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            (format!("k-{s} m-{m}"), ok)
         }
     };
     let load = tokio::spawn(
@@ -322,8 +322,12 @@ async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
             .buffer_unordered(48)
             .collect::<Vec<(String, bool)>>(),
     );
-    // Mid-stream: some of A's batches are in flight.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mid-stream: A has taken some messages and has more in flight.
+    crate::support::eventually(Duration::from_secs(60), "A taking messages", || {
+        let acked = acked_by_a.load(std::sync::atomic::Ordering::SeqCst);
+        std::future::ready((acked >= 50).then_some(()))
+    })
+    .await;
     doomed.kill();
     let sent = load.await.expect("load");
     let acked: Vec<&String> = sent.iter().filter(|(_, ok)| *ok).map(|(t, _)| t).collect();

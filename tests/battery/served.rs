@@ -573,7 +573,8 @@ pub async fn chat_of(hub: &Hub, token: &str, sender: &str) -> Result<i64, String
 }
 
 /// `PRAGMA integrity_check` of a SQLite file by the `sqlite3` program:
-/// `ok`, or what it found.
+/// `ok`, or what it found, or why it could not check (no `sqlite3`: a
+/// failure too, as a check that did not run proves nothing).
 pub fn integrity(db: &Path) -> String {
     match Command::new("sqlite3")
         .arg(db)

@@ -93,14 +93,15 @@ pub fn on_postgres() -> bool {
     postgres_server().is_some()
 }
 
-/// Prints why a test needs PostgreSQL and returns `true` on SQLite:
-/// `if skip_without_postgres("…") { return; }`.
-pub fn skip_without_postgres(why: &str) -> bool {
-    if !on_postgres() {
-        eprintln!("skipped without PostgreSQL: {why}");
-        return true;
-    }
-    false
+/// Fails the test, saying why, when the suite does not run on PostgreSQL.
+/// Such a test is `#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]`,
+/// and `scripts/test.sh` runs the ignored tests under `with-postgres.sh`: run
+/// by hand without the server, it fails rather than pass having tested nothing.
+pub fn require_postgres(why: &str) {
+    assert!(
+        on_postgres(),
+        "this test needs PostgreSQL: {why}; run it under scripts/with-postgres.sh"
+    );
 }
 
 /// Prints why a test does nothing on PostgreSQL and returns `true` there:
@@ -272,8 +273,6 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// A `[[plugins]]` table for `plugin_wasm(wasm)` named `name`, with `extra`
-/// TOML lines (limits, grants) and a `config` table of `config` lines.
 /// A process-wide log subscriber that keeps `info` and above and writes them
 /// nowhere: what the hub does with a plugin's log line depends on whether the
 /// filter keeps it, and a test binary has no subscriber of its own.
@@ -287,20 +286,13 @@ pub fn discard_logs_at_info() {
     });
 }
 
-/// A `[[plugins]]` table. Unless `extra` sets its own `timeout_ms`, the
-/// plugin gets 5 s instead of the default 100 ms: these tests are about what
-/// a plugin does, and on a loaded machine a first call (a debug build, a
-/// key-value read from a busy database) can pass 100 ms and be skipped,
-/// which changes what the test sees (seen: auto-reply's away message sent
-/// for the second message instead of the first).
+/// A `[[plugins]]` table for `plugin_wasm(wasm)` named `name`, with `extra`
+/// TOML lines (limits, grants) and a `config` table of `config` lines. The
+/// plugin runs at the shipped limits (`timeout_ms = 100`) unless `extra`
+/// sets its own: what a plugin does must hold at the deadline users get.
 pub fn plugin_toml(name: &str, wasm: &str, extra: &str, config: &str) -> String {
-    let timeout = if extra.contains("timeout_ms") {
-        ""
-    } else {
-        "timeout_ms = 5000\n"
-    };
     format!(
-        "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{timeout}{extra}\n[plugins.config]\n{config}\n\n",
+        "[[plugins]]\nname = \"{name}\"\npath = \"{}\"\n{extra}\n[plugins.config]\n{config}\n\n",
         plugin_wasm(wasm).display()
     )
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -18,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::ErrorKind;
 use super::bindings::{self, Level, Response};
+use super::deadline::Deadline;
 use super::plugin::Plugin;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use crate::outbound::Request;
@@ -39,7 +40,8 @@ pub struct HostState {
     pub limiter: MemoryCap,
     plugin: Arc<Plugin>,
     event_id: String,
-    deadline: Instant,
+    /// When the call must end; the host's database waits move it.
+    deadline: Arc<Deadline>,
     host_calls: u32,
     /// Set by a host import that stops the call, so the trap it raises is
     /// reported as what it is rather than as a generic trap.
@@ -89,7 +91,7 @@ impl HostState {
     pub fn new(
         plugin: Arc<Plugin>,
         event_id: String,
-        deadline: Instant,
+        deadline: Arc<Deadline>,
         awake: super::engine::Awake,
     ) -> HostState {
         let stdout = Capture::new(MAX_STDIO_BYTES);
@@ -148,10 +150,15 @@ impl HostState {
                 quota.writes_per_call
             ));
         }
-        let stored = self.plugin.kv_usage().await.map_err(|e| {
-            tracing::error!(plugin = self.plugin.name(), error = %e, "key-value usage unknown");
-            "the key-value store is unavailable".to_owned()
-        })?;
+        // The hub's database wait, not the plugin's: left out of its deadline.
+        let deadline = self.deadline.clone();
+        let stored = deadline
+            .excusing(self.plugin.kv_usage())
+            .await
+            .map_err(|e| {
+                tracing::error!(plugin = self.plugin.name(), error = %e, "key-value usage unknown");
+                "the key-value store is unavailable".to_owned()
+            })?;
         let pending_keys = self.kv_writes.len() + usize::from(new_key);
         let call_bytes: usize = self
             .kv_writes
@@ -260,11 +267,15 @@ impl bindings::hub::plugin::host::Host for HostState {
         if let Some(pending) = self.kv_writes.get(&key) {
             return Ok(Ok(pending.clone()));
         }
-        Ok(self
-            .plugin
-            .services()
-            .store
-            .kv_get(self.plugin.name(), &key)
+        // The hub's database wait, not the plugin's: left out of its deadline.
+        let deadline = self.deadline.clone();
+        Ok(deadline
+            .excusing(
+                self.plugin
+                    .services()
+                    .store
+                    .kv_get(self.plugin.name(), &key),
+            )
             .await
             .map_err(|e| {
                 tracing::error!(plugin = self.plugin.name(), error = %e, "key-value read failed");
@@ -322,7 +333,7 @@ impl bindings::hub::plugin::host::Host for HostState {
             }));
         }
         // The request may not outlive the call it was made from.
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let left = self.deadline.left();
         let timeout = target
             .policy
             .timeout

@@ -4,6 +4,7 @@
 mod bindings;
 mod cache;
 mod counters;
+mod deadline;
 pub mod destinations;
 mod engine;
 mod host;

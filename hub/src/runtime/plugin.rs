@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use wasmtime::UpdateDeadline;
 
 use super::bindings::{self, HandlerPre, Needs};
+use super::deadline::Deadline;
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
 use super::share::TimeShare;
@@ -441,7 +442,7 @@ impl Plugin {
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         // The deadline starts once the call has a slot: waiting is not running.
-        let deadline = Instant::now() + self.limits.timeout;
+        let deadline = Arc::new(Deadline::new(self.limits.timeout));
         // Charged however the call ends.
         let meter = Arc::new(Meter::default());
         let mut charge = Charge {
@@ -455,7 +456,7 @@ impl Plugin {
         let store = Sandbox {
             store: Some(self.sandbox(
                 input.event.id.to_string(),
-                deadline,
+                deadline.clone(),
                 long.clone(),
                 meter.clone(),
             )),
@@ -464,8 +465,8 @@ impl Plugin {
         };
 
         let event = wit_event(input);
-        let left = deadline.saturating_duration_since(Instant::now());
         let started = Instant::now();
+        let bound = deadline.clone();
         let pre = self.pre.clone();
         // Owns its store, so that it can move to the plugin threads.
         let run = async move {
@@ -483,7 +484,7 @@ impl Plugin {
                     .map_err(Failure::Call)
             };
             // The epoch deadline stops guest code; this one also bounds host calls.
-            let result = tokio::time::timeout(left, run).await;
+            let result = bound.bound(run).await;
             (store, result, instantiated)
         };
         // Polled here until it has run through an epoch tick; a call still
@@ -525,7 +526,7 @@ impl Plugin {
             .log_bytes(state.log_bytes + out_bytes + err_bytes, dropped);
         self.counters.quota_refusals(state.quota_refusals);
         let answer = match result {
-            Err(_) if state.turn.waiting() => {
+            None if state.turn.waiting() => {
                 return Err(self.error(
                     ErrorKind::Busy,
                     format!(
@@ -536,17 +537,21 @@ impl Plugin {
                     ),
                 ));
             }
-            Err(_) => {
+            None => {
                 return Err(self.error(
                     ErrorKind::Timeout,
-                    format!("no answer within {} ms", self.limits.timeout.as_millis()),
+                    format!(
+                        "no answer within {} ms{}",
+                        self.limits.timeout.as_millis(),
+                        database_wait(&deadline)
+                    ),
                 ));
             }
-            Ok(Err(Failure::Instantiate(e))) => {
+            Some(Err(Failure::Instantiate(e))) => {
                 return Err(self.error(ErrorKind::Instantiate, format!("{e:#}")));
             }
-            Ok(Err(Failure::Call(e))) => return Err(self.classify(state, &e)),
-            Ok(Ok(answer)) => answer,
+            Some(Err(Failure::Call(e))) => return Err(self.classify(state, &e)),
+            Some(Ok(answer)) => answer,
         };
         let mut outcome = match answer {
             Ok(outcome) => self.check(outcome)?,
@@ -568,12 +573,12 @@ impl Plugin {
     fn sandbox(
         self: &Arc<Self>,
         label: String,
-        deadline: Instant,
+        deadline: Arc<Deadline>,
         long: Arc<AtomicBool>,
         meter: Arc<Meter>,
     ) -> wasmtime::Store<HostState> {
         let awake = self.runtime.inner.ticker.awake();
-        let state = HostState::new(self.clone(), label, deadline, awake);
+        let state = HostState::new(self.clone(), label, deadline.clone(), awake);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         // What the guest hands the hub in one go (its answer, a host call's
@@ -594,7 +599,7 @@ impl Plugin {
         let mut ticks = 0u32;
         store.epoch_deadline_callback(move |ctx| {
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline.at() {
                 return Ok(UpdateDeadline::Interrupt);
             }
             // The epoch also passes while the call is not running: before
@@ -638,11 +643,11 @@ impl Plugin {
             .acquire()
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
-        let deadline = Instant::now() + self.limits.timeout;
+        let deadline = Arc::new(Deadline::new(self.limits.timeout));
         let meter = Arc::new(Meter::default());
         let mut store = self.sandbox(
             "validate-config".to_owned(),
-            deadline,
+            deadline.clone(),
             Arc::new(AtomicBool::new(false)),
             meter.clone(),
         );
@@ -691,30 +696,30 @@ impl Plugin {
             },
             meter,
         );
-        let result = tokio::time::timeout(self.limits.timeout, run).await;
+        let result = deadline.bound(run).await;
         let export = if asking_needs.load(Ordering::Relaxed) {
             "needs-for"
         } else {
             "validate-config"
         };
         match result {
-            Err(_) => Err(self.error(
+            None => Err(self.error(
                 ErrorKind::Timeout,
                 format!(
                     "{export}: no answer within {} ms",
                     self.limits.timeout.as_millis()
                 ),
             )),
-            Ok(Err(Failure::Instantiate(e))) => {
+            Some(Err(Failure::Instantiate(e))) => {
                 Err(self.error(ErrorKind::Instantiate, format!("{e:#}")))
             }
-            Ok(Err(Failure::Call(e))) => {
+            Some(Err(Failure::Call(e))) => {
                 let mut e = self.classify(store.data(), &e);
                 e.message = format!("{export}: {}", e.message);
                 Err(e)
             }
-            Ok(Ok(Err(message))) => Err(self.error(ErrorKind::Failed, message)),
-            Ok(Ok(Ok(needs))) => self.check_needs(needs),
+            Some(Ok(Err(message))) => Err(self.error(ErrorKind::Failed, message)),
+            Some(Ok(Ok(needs))) => self.check_needs(needs),
         }
     }
 
@@ -1021,5 +1026,19 @@ fn trap_summary(e: &wasmtime::Error) -> String {
     match frame {
         Some(frame) => format!("{what} (in {frame})"),
         None => what,
+    }
+}
+
+/// What a timeout's message adds when the call's database waits were left
+/// out of its deadline: the call ran longer than `timeout_ms` by that much.
+fn database_wait(deadline: &Deadline) -> String {
+    let excused = deadline.excused();
+    if excused.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " (not counting {} ms waiting for the database)",
+            excused.as_millis()
+        )
     }
 }

@@ -1132,6 +1132,24 @@ pub(crate) async fn test_postgres_url() -> Option<String> {
     Some(format!("{base}/{name}"))
 }
 
+/// The URL of a fresh database on the test server, for a unit test that
+/// needs PostgreSQL: such a test is `#[ignore = "needs PostgreSQL"]` and
+/// `scripts/test.sh` runs it under `with-postgres.sh`; run without a server
+/// it fails instead of passing untested.
+#[cfg(test)]
+pub(crate) async fn required_test_postgres_url() -> String {
+    test_postgres_url()
+        .await
+        .expect("this test needs PostgreSQL: run it under scripts/with-postgres.sh")
+}
+
+/// As [`required_test_postgres_url`], opened.
+#[cfg(test)]
+pub(crate) async fn required_test_postgres() -> Store {
+    let url = required_test_postgres_url().await;
+    Store::open(&url, Durability::Normal).await.expect("store")
+}
+
 /// Reads a 0/1 integer column as a bool.
 pub(crate) fn flag(v: i64) -> bool {
     v != 0
@@ -1239,10 +1257,10 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
     async fn an_agent_authenticated_again_shows_the_online_state_just_written_postgres() {
-        if let Some(store) = test_postgres().await {
-            authenticated_again_shows_the_online_state_just_written(store).await;
-        }
+        let store = crate::store::required_test_postgres().await;
+        authenticated_again_shows_the_online_state_just_written(store).await;
     }
 
     #[tokio::test]

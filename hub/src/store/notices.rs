@@ -147,16 +147,15 @@ impl Listener {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Durability, test_postgres_url};
+    use crate::store::{Durability, required_test_postgres_url};
 
     /// Notices sent together arrive all and in order, a large one (kept in
     /// the table) in its place among them. PostgreSQL only
     /// (`scripts/with-postgres.sh`); SQLite has one instance.
     #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
     async fn notices_sent_together_arrive_in_order() {
-        let Some(url) = test_postgres_url().await else {
-            return;
-        };
+        let url = required_test_postgres_url().await;
         let store = Store::open(&url, Durability::Normal).await.expect("store");
         let mut listener = Listener::connect(store.clone(), &url)
             .await

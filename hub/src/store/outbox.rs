@@ -1340,10 +1340,9 @@ mod tests {
     /// results read the outbox only through its indexes (the chats and
     /// messages they also read are empty here: scanning those is right).
     #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
     async fn behind_a_sudden_backlog_the_deliverer_reads_no_table_whole() {
-        let Some(store) = crate::store::test_postgres().await else {
-            return;
-        };
+        let store = crate::store::required_test_postgres().await;
         for round in 0..40 {
             queue(&store, Some(round % 3), 1_000).await;
             let claimed = store.claim_due(2_000, 60_000, 64).await.expect("claim");
@@ -1403,10 +1402,10 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
     async fn batched_results_hand_each_key_on_postgres() {
-        if let Some(store) = crate::store::test_postgres().await {
-            batched_results_hand_each_key_on(&store).await;
-        }
+        let store = crate::store::required_test_postgres().await;
+        batched_results_hand_each_key_on(&store).await;
     }
 
     /// On PostgreSQL a claim changes no indexed column (migration 14), so
@@ -1414,10 +1413,9 @@ mod tests {
     /// updates) instead of new entries in each of the outbox's indexes.
     /// With `lease_until` in `outbox_heads`, none was.
     #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
     async fn a_claim_on_postgresql_leaves_the_outbox_indexes_alone() {
-        let Some(store) = crate::store::test_postgres().await else {
-            return;
-        };
+        let store = crate::store::required_test_postgres().await;
         // Rows of a typical size: an agent message's delivery body.
         let body = serde_json::json!({ "message": { "type": "text", "text": "x".repeat(300) } });
         let mut w = store.begin_write().await.expect("write");
