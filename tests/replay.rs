@@ -410,7 +410,9 @@ async fn live_traffic(shadows: bool) -> (Observed, Option<TestHub>) {
             "fault = \"everything\"\ndestination = \"sink\"",
         );
         wiring += &plugin_toml("looper", "fault", "timeout_ms = 100", "fault = \"loop\"");
-        wiring += &plugin_toml("trapper", "fault", "", "fault = \"trap\"");
+        // Its traps are what is counted: a slow start on a loaded machine
+        // must not turn one into a timeout.
+        wiring += &plugin_toml("trapper", "fault", "timeout_ms = 2000", "fault = \"trap\"");
         route += "shadow = [\"hostile\", \"looper\", \"trapper\"]\n\n";
     }
     let (hub, ch, _integrator) = shop(wiring + &route).await;

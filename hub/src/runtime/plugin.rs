@@ -547,6 +547,17 @@ impl Plugin {
                     ),
                 ));
             }
+            // A start function still running at the deadline ran out of
+            // time like any guest code: a timeout, not a broken plugin.
+            Some(Err(Failure::Instantiate(e))) if is_interrupt(&e) => {
+                return Err(self.error(
+                    ErrorKind::Timeout,
+                    format!(
+                        "still starting after {} ms",
+                        self.limits.timeout.as_millis()
+                    ),
+                ));
+            }
             Some(Err(Failure::Instantiate(e))) => {
                 return Err(self.error(ErrorKind::Instantiate, format!("{e:#}")));
             }
@@ -792,7 +803,7 @@ impl Plugin {
                 ),
             );
         }
-        if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        if is_interrupt(e) {
             return self.error(
                 ErrorKind::Timeout,
                 format!("still running after {} ms", self.limits.timeout.as_millis()),
@@ -1004,6 +1015,11 @@ fn not_a_component(wasm: &[u8]) -> Option<String> {
 /// more is no plugin's real need, and each name goes into problem texts.
 const MAX_NEEDED_DESTINATIONS: usize = 64;
 const MAX_NAME_BYTES: usize = 128;
+
+/// Whether `e` is the epoch deadline stopping guest code.
+fn is_interrupt(e: &wasmtime::Error) -> bool {
+    e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt)
+}
 
 /// A trap as one line: its message and the innermost named frame.
 fn trap_summary(e: &wasmtime::Error) -> String {
