@@ -95,8 +95,18 @@ impl Setup {
         }
     }
 
+    /// A sample of `/metrics`; a sample that is not there fails the test
+    /// (every plugin shows each of its counters, at 0 until it counts).
     async fn counter(&self, key: &str) -> f64 {
-        self.hub.metrics().await.get(key).copied().unwrap_or(0.0)
+        let metrics = self.hub.metrics().await;
+        match metrics.get(key) {
+            Some(v) => *v,
+            None => {
+                let mut names: Vec<&String> = metrics.keys().collect();
+                names.sort();
+                panic!("no sample {key} in /metrics; it has {names:?}")
+            }
+        }
     }
 
     /// The plugin `name` as `GET /admin/v1/plugins` shows it (null if absent).
