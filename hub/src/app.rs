@@ -307,7 +307,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         kick.clone(),
         config.webhooks.safe_url,
         Arc::new(TokenCache::new(sender.clone())),
-        config.crm.site_id,
+        config.crm.clone(),
     );
     provisioning::sync_declared_bots(&store, &config.bots, &outbound).await?;
     conversations.reload_bots().await?;

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError, client_view, record_in};
+use crate::core::conversations::{Conversations, CoreError, client_view};
 use crate::core::door::Passage;
 use crate::core::webhooks;
 use crate::delivery::Final;
@@ -30,7 +30,7 @@ use crate::event::{Direction, Event, EventKind};
 use crate::ids::constant_time_eq;
 use crate::outbound::ExchangeError;
 use crate::outbound::oauth::{Credentials, bearer_header};
-use crate::pipeline::{Routed, record_effects};
+use crate::pipeline::{Routed, record_effects, record_in};
 use crate::runtime::Action;
 use crate::store::bots::{
     BotTarget, agents_online, chat_bot_in_tx, done_notice_pending, insert_bot_message,

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::config::CrmConfig;
 use crate::core::batch::Batcher;
 use crate::core::bots::{self, BotDirectory, BotHook};
 use crate::core::door::Passage;
@@ -23,9 +24,8 @@ use crate::core::webhooks::{self, reply};
 use crate::delivery::Kick;
 use crate::event::{Direction, Event, EventKind};
 use crate::outbound::oauth::TokenCache;
-use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_effects};
+use crate::pipeline::{Pipeline, Routed, Verdict, auto_reply, record_in};
 use crate::store::chats::{chat_in_tx, set_chat_state};
-use crate::store::events::insert_event;
 use crate::store::ingress::{CustomerWrite, CustomerWritten};
 use crate::store::live::Generation;
 use crate::store::outgoing::OutgoingWrite;
@@ -39,6 +39,9 @@ use crate::store::{
 pub enum CoreError {
     #[error("not found")]
     NotFound,
+    /// Not found, naming what ("no such deal").
+    #[error("{0}")]
+    Missing(&'static str),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -82,8 +85,8 @@ pub struct Conversations {
     pub(super) bots: BotDirectory,
     /// Bot providers' access tokens (the optional authorization).
     pub(super) tokens: Arc<TokenCache>,
-    /// `site_id` of bot events (the account id, as in CRM webhooks).
-    pub(super) site_id: i64,
+    /// The CRM's account (`site_id`, also of bot events) and webhook receiver.
+    pub(super) crm: CrmConfig,
 }
 
 impl Conversations {
@@ -94,12 +97,12 @@ impl Conversations {
         kick: Kick,
         safe_url: bool,
         tokens: Arc<TokenCache>,
-        site_id: i64,
+        crm: CrmConfig,
     ) -> Arc<Conversations> {
         Arc::new(Conversations {
             bots: BotDirectory::default(),
             tokens,
-            site_id,
+            crm,
             store,
             live,
             pipeline,
@@ -194,7 +197,7 @@ impl Conversations {
             channel_name: channel.name.clone(),
             channel_public_id: channel.public_id.clone(),
             channel_kind: channel.kind,
-            site_id: self.site_id,
+            site_id: self.crm.site_id,
         });
         let job = Job {
             write,
@@ -686,24 +689,6 @@ struct OutgoingAgentEvent<'a> {
     /// The typed message, used as is when no plugin changes the event.
     wire: AgentMessage,
     event: Event,
-}
-
-/// Records a routed event that changed state and its plugins' effects, in
-/// the transaction of the change.
-pub(super) async fn record_in(
-    conn: &mut crate::store::Conn,
-    routed: &Routed,
-    now: i64,
-) -> Result<(), StoreError> {
-    insert_event(conn, &routed.event).await?;
-    record_effects(
-        conn,
-        &routed.event,
-        &routed.forwards,
-        &routed.kv_writes,
-        now,
-    )
-    .await
 }
 
 /// The client as agents see it.

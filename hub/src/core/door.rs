@@ -14,11 +14,13 @@ use tracing::Instrument;
 
 use crate::core::bots::BotOutcome;
 use crate::core::conversations::{Conversations, CoreError, Ingested};
+use crate::core::crm::{CrmChange, Done};
 use crate::core::integration::CallReport;
 use crate::core::offline::OfflineOutcome;
-use crate::core::widget::WidgetAction;
+use crate::core::widget::{Session, VisitorKeys, WidgetAction};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, Verdict};
+use crate::store::widget::PageReport;
 use crate::store::{Agent, Bot, Channel, Chat, Client, MessageRow};
 
 /// An inbound action, as an edge parsed it.
@@ -65,11 +67,24 @@ pub enum Inbound<'a> {
         agent: &'a Agent,
         report: CallReport,
     },
+    /// A widget page starting (or resuming, with a genuine token) its
+    /// visitor's session.
+    WidgetSession {
+        channel: &'a Channel,
+        keys: &'a VisitorKeys,
+        token: Option<&'a str>,
+        page: PageReport<'a>,
+    },
     /// A widget visitor's `widget_api` call.
     Widget {
         channel: &'a Channel,
         visitor: &'a Client,
         action: WidgetAction,
+    },
+    /// An agent's change to the CRM (`crm.<entity>.<verb>`).
+    Crm {
+        agent: &'a Agent,
+        change: CrmChange,
     },
     /// A bot provider's event (`BOT_MESSAGE`, `INVITE_AGENT`, `CLIENT_INFO`),
     /// with its payload as posted.
@@ -93,6 +108,8 @@ pub enum Handled {
     Call(Value),
     Bot(BotOutcome),
     Widget,
+    Session(Box<Session>),
+    Crm(Done),
 }
 
 /// What the pipeline left of an event.
@@ -174,6 +191,15 @@ impl Conversations {
                     .await
                     .map(Handled::Attributes)
             }
+            Inbound::WidgetSession {
+                channel,
+                keys,
+                token,
+                page,
+            } => self
+                .widget_session(channel, keys, token, page)
+                .await
+                .map(|s| Handled::Session(Box::new(s))),
             Inbound::Widget {
                 channel,
                 visitor,
@@ -190,6 +216,13 @@ impl Conversations {
                 .provider_event(bot, event, payload)
                 .await
                 .map(Handled::Bot),
+            Inbound::Crm { agent, change } => {
+                let event = change.event(agent);
+                let routed = self.through(event, "CRM change").await?;
+                self.crm_change(agent, change, &routed)
+                    .await
+                    .map(Handled::Crm)
+            }
             Inbound::Call { agent, report } => {
                 let chat_id = report.chat_id();
                 let mut event = Event::new(

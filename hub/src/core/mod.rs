@@ -8,6 +8,7 @@ pub mod accounts;
 mod batch;
 pub mod bots;
 pub mod conversations;
+pub mod crm;
 pub mod door;
 mod ingress;
 pub mod integration;

@@ -10,11 +10,12 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError, client_view, record_in};
+use crate::core::conversations::{Conversations, CoreError, client_view};
 use crate::core::door::Passage;
 use crate::core::webhooks;
 use crate::event::{Direction, Event, EventKind};
 use crate::ids::{constant_time_eq, random_token};
+use crate::pipeline::record_in;
 use crate::store::calls::{self, NewCall};
 use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
 use crate::store::widget::{
@@ -33,6 +34,13 @@ pub const ATTRIBUTE_CALLS_PER_HOUR: i64 = 10;
 /// their own chats; the signature keeps anyone from making up a key.
 #[derive(Clone)]
 pub struct VisitorKeys(Vec<u8>);
+
+/// The secret stays out of logs.
+impl std::fmt::Debug for VisitorKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VisitorKeys(..)")
+    }
+}
 
 impl VisitorKeys {
     /// The installation's secret, created on first use.
@@ -215,7 +223,7 @@ impl Conversations {
     /// Starts (or resumes, with a genuine token) a visitor's session on a
     /// widget channel: the client exists from here on (with its visitor
     /// number), the page is recorded, and the history comes back.
-    pub async fn widget_session(
+    pub(super) async fn widget_session(
         &self,
         channel: &Channel,
         keys: &VisitorKeys,

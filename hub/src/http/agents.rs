@@ -423,8 +423,11 @@ fn handled_json(done: Handled) -> serde_json::Value {
         Handled::Attributes(attributes) => json!({ "attributes": attributes }),
         Handled::Call(call) => call,
         Handled::AgentMessage(stored) => json!({ "message": stored }),
-        Handled::Customer(_) | Handled::Offline(_) | Handled::Bot(_) | Handled::Widget => {
-            json!({ "result": "ok" })
-        }
+        Handled::Crm(done) => done.body,
+        Handled::Customer(_)
+        | Handled::Offline(_)
+        | Handled::Bot(_)
+        | Handled::Widget
+        | Handled::Session(_) => json!({ "result": "ok" }),
     }
 }

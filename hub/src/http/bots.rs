@@ -313,6 +313,7 @@ fn core_refusal(e: CoreError, asked: &Asked) -> Refusal {
                 asked.chat.as_deref().unwrap_or_default()
             ),
         ),
+        CoreError::Missing(m) => invalid(BotRefusal::Malformed, m.to_owned()),
         CoreError::Conflict(m) => invalid(BotRefusal::ChatDone, m),
         CoreError::Invalid(m) => invalid(BotRefusal::Malformed, m),
         CoreError::Unavailable(_) => Refusal::unavailable(),

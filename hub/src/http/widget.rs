@@ -391,10 +391,16 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
     };
     let started = app
         .conversations
-        .widget_session(channel, &app.visitor_keys, b.token.as_deref(), page)
+        .handle(Inbound::WidgetSession {
+            channel,
+            keys: &app.visitor_keys,
+            token: b.token.as_deref(),
+            page,
+        })
         .await;
     let s = match started {
-        Ok(s) => s,
+        Ok(Handled::Session(s)) => s,
+        Ok(_) => return core_fail(CoreError::Unavailable("not a session".into())),
         Err(e) => return core_fail(e),
     };
     let names = agent_names(app, &s.messages).await;
