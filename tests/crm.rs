@@ -1316,6 +1316,20 @@ async fn office_with_plugin(events: &str, fault: &str, on_error: &str) -> Office
     Office::staff(hub, crm, Integrator::start().await, &replies).await
 }
 
+/// Ann's deal `title` on a new pipeline and client, the first of a fresh
+/// hub (ids 1, which the plugin's replacement fields name).
+async fn first_deal(o: &Office, title: &str) -> (u16, Value) {
+    let (pipeline_id, client_id) = deal_ground(o).await;
+    assert_eq!((pipeline_id, client_id), (1, 1));
+    crm(
+        &o.ann,
+        Method::POST,
+        "deals",
+        json!({"client_id": client_id, "title": title, "pipeline_id": pipeline_id}),
+    )
+    .await
+}
+
 /// A pipeline with one stage, and a client on `web`: what a deal needs.
 async fn deal_ground(o: &Office) -> (i64, i64) {
     let (status, pipeline) = crm(
@@ -1342,14 +1356,7 @@ async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written()
         "reject",
     )
     .await;
-    let (pipeline_id, client_id) = deal_ground(&o).await;
-    let (status, v) = crm(
-        &o.ann,
-        Method::POST,
-        "deals",
-        json!({"client_id": client_id, "title": "Big one", "pipeline_id": pipeline_id}),
-    )
-    .await;
+    let (status, v) = first_deal(&o, "Big one").await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["error"]["code"], "conflict");
     let message = v["error"]["message"].as_str().unwrap_or_default();
@@ -1363,14 +1370,7 @@ async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written()
 
     // Refused (a plugin failing on a rejecting route): 503, nothing written.
     let o = office_with_plugin("\"crm.deal.create\"", "fault = \"error\"", "reject").await;
-    let (pipeline_id, client_id) = deal_ground(&o).await;
-    let (status, v) = crm(
-        &o.ann,
-        Method::POST,
-        "deals",
-        json!({"client_id": client_id, "title": "Big one", "pipeline_id": pipeline_id}),
-    )
-    .await;
+    let (status, v) = first_deal(&o, "Big one").await;
     assert_eq!(status, 503, "{v}");
     assert_eq!(v["error"]["code"], "unavailable");
     assert_eq!(get(&o.ann, "deals").await["deals"], json!([]));
@@ -1397,15 +1397,7 @@ async fn a_plugin_may_change_a_deal_and_the_changed_deal_is_stored_and_logged() 
         "reject",
     )
     .await;
-    let (pipeline_id, client_id) = deal_ground(&o).await;
-    assert_eq!((pipeline_id, client_id), (1, 1));
-    let (status, deal) = crm(
-        &o.ann,
-        Method::POST,
-        "deals",
-        json!({"client_id": client_id, "title": "As typed", "pipeline_id": pipeline_id}),
-    )
-    .await;
+    let (status, deal) = first_deal(&o, "As typed").await;
     assert_eq!(status, 201, "{deal}");
     assert_eq!(deal["title"], "Renamed by a plugin");
     let id = deal["deal_id"].as_i64().expect("deal id");

@@ -161,10 +161,9 @@ impl Running {
         // After the plugins, so a plugin bot's plugin is there when it is needed.
         provisioning::sync_declared_bots(&self.store, &bots, &outbound).await?;
         self.conversations
-            .reload_bots()
+            .bots_changed()
             .await
             .map_err(|e| ReloadError::Bots(e.into()))?;
-        self.conversations.live().announce_bots_changed();
         tracing::info!(file = %file.display(), "plugins, routes, destinations, bots and the outbound policy reloaded");
         Ok(())
     }

@@ -13,9 +13,11 @@ use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
 use crate::core::bots::BotOutcome;
-use crate::core::conversations::{Conversations, CoreError, Ingested};
+use crate::core::conversations::Conversations;
 use crate::core::crm::{CrmChange, Done};
+use crate::core::error::{CoreError, Passage};
 use crate::core::integration::CallReport;
+use crate::core::messages::Ingested;
 use crate::core::offline::OfflineOutcome;
 use crate::core::widget::{Session, VisitorKeys, WidgetAction};
 use crate::event::{Direction, Event, EventKind};
@@ -110,14 +112,6 @@ pub enum Handled {
     Widget,
     Session(Box<Session>),
     Crm(Done),
-}
-
-/// What the pipeline left of an event.
-pub(crate) enum Passage {
-    /// Go on, maybe with a changed payload, or with a plugin's reply.
-    Through(Box<Routed>),
-    /// A plugin dropped it; the event and its effects are recorded.
-    Dropped(String),
 }
 
 impl Conversations {

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError};
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
 use crate::core::webhooks::{self, payload, reply::Integration};
 use crate::pipeline::Routed;
 use crate::pipeline::record_in;

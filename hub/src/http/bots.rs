@@ -12,7 +12,7 @@ use plugin_api::bot::{BotEvent, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::core::Inbound;
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::http::limits;
 use crate::http::problem::{Problem, retry_after};
 use crate::http::respond::{Resp, error, json, parse_json, read_body};

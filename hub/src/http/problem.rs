@@ -10,7 +10,7 @@ use http::header::RETRY_AFTER;
 use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::http::respond::{BodyError, Resp, error, json, text};
 
 /// The answer format of an interface.

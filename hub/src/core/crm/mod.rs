@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 
 use crate::clock::now_ms;
 use crate::config::CrmConfig;
-use crate::core::conversations::{Conversations, CoreError};
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, record_in};
 use crate::store::{Agent, Conn, StoreError, WriteTx};

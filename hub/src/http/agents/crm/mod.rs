@@ -10,13 +10,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
-use crate::core::conversations::CoreError;
 use crate::core::crm::clients::answer as client_answer;
 use crate::core::crm::{ClientPart, CrmChange, Entity, Verb};
+use crate::core::error::CoreError;
 use crate::core::{Handled, Inbound};
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
+use crate::http::respond::{Resp, error, json, method_not_allowed, query_pairs, read_body};
 use crate::store::{Agent, Conn, StoreError};
 
 /// Routes `/agent/v1/crm/...`; `rest` is the path after `crm`.
@@ -208,18 +208,7 @@ pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
     pub(crate) fn of<B>(req: &Request<B>) -> Query {
-        let pairs = req
-            .uri()
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (percent_decode(k), percent_decode(v))
-            })
-            .collect();
-        Query(pairs)
+        Query(query_pairs(req.uri().query().unwrap_or_default()).collect())
     }
 
     /// The last non-empty value of `key`.
@@ -243,34 +232,6 @@ impl Query {
             })
             .transpose()
     }
-}
-
-/// `%XX` escapes and `+` as space; malformed escapes stay as written.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Pipelines with their stages and reject reasons.
@@ -504,9 +465,15 @@ mod tests {
 
     #[test]
     fn queries_decode() {
-        assert_eq!(percent_decode("a%20b+c"), "a b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        assert_eq!(percent_decode("%C3%A9"), "é");
+        let req = Request::get("/x?a=%C3%A9&b=a%20b+c&c=100%&d=%zz&e=1&e=&f")
+            .body(())
+            .expect("request");
+        let q = Query::of(&req);
+        assert_eq!(q.get("a"), Some("é"));
+        assert_eq!(q.get("b"), Some("a b c"));
+        assert_eq!(q.get("c"), Some("100%"));
+        assert_eq!(q.get("d"), Some("%zz"));
+        assert_eq!(q.get("e"), Some("1"), "an empty value is absent");
+        assert_eq!(q.get("f"), None);
     }
 }
