@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::{HubOptions, Integrator, TestAgent, TestHub, eventually};
+use crate::support::{
+    HubOptions, Integrator, TestAgent, TestHub, eventually, plugin_toml, route_toml,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -1296,4 +1298,132 @@ async fn a_reminder_due_while_the_hub_was_down_fires_after_restart() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(crm_events(&crm_rx, "fired_task", 1).await.len(), 1);
     hub.shutdown().await;
+}
+
+/// An office whose CRM changes of kind `events` cross the fault plugin
+/// configured by `fault` (on a route with `on_error`).
+async fn office_with_plugin(events: &str, fault: &str, on_error: &str) -> Office {
+    let crm = Integrator::start().await;
+    let replies = Integrator::start().await;
+    let mut options = crm_options(&crm);
+    options
+        .extra_toml
+        .push_str(&plugin_toml("guard", "fault", "", fault));
+    options
+        .extra_toml
+        .push_str(&route_toml(events, "\"guard\"", on_error));
+    let hub = TestHub::start_with(options).await;
+    Office::staff(hub, crm, Integrator::start().await, &replies).await
+}
+
+/// Ann's deal `title` on a new pipeline and client, the first of a fresh
+/// hub (ids 1, which the plugin's replacement fields name).
+async fn first_deal(o: &Office, title: &str) -> (u16, Value) {
+    let (pipeline_id, client_id) = deal_ground(o).await;
+    assert_eq!((pipeline_id, client_id), (1, 1));
+    crm(
+        &o.ann,
+        Method::POST,
+        "deals",
+        json!({"client_id": client_id, "title": title, "pipeline_id": pipeline_id}),
+    )
+    .await
+}
+
+/// A pipeline with one stage, and a client on `web`: what a deal needs.
+async fn deal_ground(o: &Office) -> (i64, i64) {
+    let (status, pipeline) = crm(
+        &o.ann,
+        Method::POST,
+        "pipelines",
+        json!({"title": "Sales", "currency": "USD",
+               "stages": [{"title": "New", "color": "#000"}]}),
+    )
+    .await;
+    assert_eq!(status, 201, "pipeline: {pipeline}");
+    let client = o.client("Bob").await;
+    let pipeline_id = pipeline["pipeline_id"].as_i64().expect("pipeline id");
+    let client_id = client["client_id"].as_i64().expect("client id");
+    (pipeline_id, client_id)
+}
+
+#[tokio::test]
+async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written() {
+    // Dropped: the agent hears why (409), nothing is written or sent.
+    let o = office_with_plugin(
+        "\"crm.deal.*\"",
+        "fault = \"drop\"\nreason = \"deals are frozen\"",
+        "reject",
+    )
+    .await;
+    let (status, v) = first_deal(&o, "Big one").await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"]["code"], "conflict");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("deals are frozen"), "{v}");
+    assert_eq!(get(&o.ann, "deals").await["deals"], json!([]));
+    // The other CRM kinds were not routed to the plugin and went through.
+    assert_eq!(
+        get(&o.ann, "pipelines").await["pipelines"][0]["title"],
+        "Sales"
+    );
+
+    // Refused (a plugin failing on a rejecting route): 503, nothing written.
+    let o = office_with_plugin("\"crm.deal.create\"", "fault = \"error\"", "reject").await;
+    let (status, v) = first_deal(&o, "Big one").await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "unavailable");
+    assert_eq!(get(&o.ann, "deals").await["deals"], json!([]));
+    let logged = o
+        .hub
+        .store()
+        .events_of_kind("crm.deal.create", 10)
+        .await
+        .expect("event log");
+    assert!(
+        logged.is_empty(),
+        "a refused change is no event: {logged:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_may_change_a_deal_and_the_changed_deal_is_stored_and_logged() {
+    // The plugin replaces the fields with its own: ids 1 are the first
+    // pipeline and client of a fresh hub, checked below.
+    let o = office_with_plugin(
+        "\"crm.deal.create\"",
+        "fault = \"replace\"\n[plugins.config.payload.fields]\nclient_id = 1\n\
+         title = \"Renamed by a plugin\"\npipeline_id = 1\ntext = \"checked\"",
+        "reject",
+    )
+    .await;
+    let (status, deal) = first_deal(&o, "As typed").await;
+    assert_eq!(status, 201, "{deal}");
+    assert_eq!(deal["title"], "Renamed by a plugin");
+    let id = deal["deal_id"].as_i64().expect("deal id");
+    let stored = get(&o.ann, &format!("deals/{id}")).await;
+    assert_eq!(stored["title"], "Renamed by a plugin");
+    assert_eq!(stored["text"], "checked");
+    let webhook = crm_event(&o.crm, "created_deal", |e| e["deal_id"] == id).await;
+    assert_eq!(webhook["event"]["title"], "Renamed by a plugin");
+
+    // The change is a row of the event log, as the plugins left it.
+    let logged = o
+        .hub
+        .store()
+        .events_of_kind("crm.deal.create", 10)
+        .await
+        .expect("event log");
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0].payload["fields"]["title"], "Renamed by a plugin");
+    // Changes no plugin watches are logged too, with the agent and the id.
+    let created = o
+        .hub
+        .store()
+        .events_of_kind("crm.pipeline.create", 10)
+        .await
+        .expect("event log");
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0].payload["agent"]["email"], "ann@example.com");
+    assert_eq!(created[0].payload["fields"]["title"], "Sales");
 }

@@ -161,10 +161,9 @@ impl Running {
         // After the plugins, so a plugin bot's plugin is there when it is needed.
         provisioning::sync_declared_bots(&self.store, &bots, &outbound).await?;
         self.conversations
-            .reload_bots()
+            .bots_changed()
             .await
             .map_err(|e| ReloadError::Bots(e.into()))?;
-        self.conversations.live().announce_bots_changed();
         tracing::info!(file = %file.display(), "plugins, routes, destinations, bots and the outbound policy reloaded");
         Ok(())
     }
@@ -307,7 +306,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         kick.clone(),
         config.webhooks.safe_url,
         Arc::new(TokenCache::new(sender.clone())),
-        config.crm.site_id,
+        config.crm.clone(),
     );
     provisioning::sync_declared_bots(&store, &config.bots, &outbound).await?;
     conversations.reload_bots().await?;

@@ -180,31 +180,31 @@ pub(crate) fn empty_object() -> Value {
     Value::Object(Map::new())
 }
 
-/// Glob match where `*` stands for any run of characters (also none) and every
-/// other character stands for itself.
-pub fn glob_matches(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    // Where to resume after the last `*`: its pattern index and the text index it covers up to.
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            // Let the last `*` swallow one more character and retry from there.
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+/// Glob match where `*` stands for any run of characters (also none, dots
+/// included) and every other character stands for itself. The hub routes
+/// events with this same function.
+pub fn glob_matches(glob: &str, text: &str) -> bool {
+    let mut parts = glob.split('*');
+    let Some(first) = parts.next() else {
+        return text.is_empty();
+    };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*` at all: the whole text must have matched.
+        return rest.is_empty();
+    };
+    // Each middle part at its first place: a later one would leave less
+    // text for the parts after it.
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// What becomes of the event.

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::store::{Backend, Conn, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.

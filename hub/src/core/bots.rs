@@ -8,13 +8,9 @@
 //! caused it; nothing here waits on a request to a provider, so a provider
 //! may post its answer while the hub's request to it is still open.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use plugin_api::bot::{
-    self, BotAnswer, BotEvent, ChatNotice, ClientMessage, InviteAgent, Sender, TextMessage,
-    Timestamp,
-};
+use plugin_api::bot::{self, BotAnswer, BotEvent, InviteAgent};
 use plugin_api::channel::{AgentMessage, AgentSender, Recipient, Text};
 use plugin_api::lenient::Label;
 use serde_json::{Value, json};
@@ -22,90 +18,28 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError, client_view, record_in};
-use crate::core::door::Passage;
+use crate::core::bot_hooks::{Directory, queue_notice};
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
+use crate::core::error::Passage;
+use crate::core::live::client_view;
 use crate::core::webhooks;
 use crate::delivery::Final;
 use crate::event::{Direction, Event, EventKind};
 use crate::ids::constant_time_eq;
 use crate::outbound::ExchangeError;
 use crate::outbound::oauth::{Credentials, bearer_header};
-use crate::pipeline::{Routed, record_effects};
+use crate::pipeline::{Routed, record_effects, record_in};
 use crate::runtime::Action;
 use crate::store::bots::{
-    BotTarget, agents_online, chat_bot_in_tx, done_notice_pending, insert_bot_message,
-    last_bot_message, mark_seen, set_chat_bot,
+    agents_online, chat_bot_in_tx, done_notice_pending, insert_bot_message, mark_seen, set_chat_bot,
 };
 use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
-use crate::store::events::insert_event;
-use crate::store::ingress::CustomerWritten;
-use crate::store::outbox::{PLUGIN_BOT_PREFIX, enqueue};
+use crate::store::outbox::enqueue;
 use crate::store::{
-    Author, Bot, BotState, Chat, Claimed, Conn, DeliveryState, MessageRow, NewDelivery, StoreError,
+    Author, Bot, BotState, Channel, Chat, Claimed, Client, DeliveryState, MessageRow, NewDelivery,
+    StoreError, WriteTx,
 };
-
-/// The bots, by what finds them; replaced whole when bots change.
-#[derive(Debug, Default)]
-pub struct Directory {
-    by_id: HashMap<i64, Arc<Bot>>,
-    by_channel: HashMap<String, Arc<Bot>>,
-    by_provider: HashMap<String, Arc<Bot>>,
-}
-
-impl Directory {
-    fn new(bots: Vec<Bot>) -> Directory {
-        let mut d = Directory::default();
-        for bot in bots {
-            let bot = Arc::new(bot);
-            for channel in &bot.channels {
-                d.by_channel.insert(channel.clone(), bot.clone());
-            }
-            d.by_provider.insert(bot.provider_id.clone(), bot.clone());
-            d.by_id.insert(bot.id, bot);
-        }
-        d
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
-    }
-
-    /// The bot new chats of the channel named `channel` start with.
-    pub fn for_channel(&self, channel: &str) -> Option<&Arc<Bot>> {
-        self.by_channel.get(channel)
-    }
-
-    pub fn by_provider_id(&self, provider_id: &str) -> Option<&Arc<Bot>> {
-        self.by_provider.get(provider_id)
-    }
-
-    pub fn by_id(&self, id: i64) -> Option<&Arc<Bot>> {
-        self.by_id.get(&id)
-    }
-}
-
-/// The current [`Directory`], shared by requests and the deliverer.
-#[derive(Debug, Default)]
-pub struct BotDirectory(RwLock<Arc<Directory>>);
-
-impl BotDirectory {
-    pub fn current(&self) -> Arc<Directory> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn replace(&self, bots: Vec<Bot>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Directory::new(bots));
-    }
-}
-
-/// What a customer message needs to reach its chat's bot, in the ingress batch.
-pub(super) struct BotHook {
-    pub(super) directory: Arc<Directory>,
-    pub(super) channel_name: String,
-    pub(super) channel_public_id: String,
-    pub(super) channel_kind: crate::store::ChannelKind,
-    pub(super) site_id: i64,
-}
 
 /// What became of a bot's event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +64,13 @@ impl Conversations {
         let bots = self.store.list_bots().await?;
         self.bots.replace(bots);
         Ok(())
+    }
+
+    /// Bots were created, changed or deleted here: other instances are told
+    /// (on PostgreSQL) and this one's directory is read again.
+    pub async fn bots_changed(&self) -> Result<(), StoreError> {
+        self.live().announce_bots_changed();
+        self.reload_bots().await
     }
 
     /// Whether `authorization` (the header's value) carries the token the hub
@@ -252,13 +193,6 @@ impl Conversations {
             // Applied meanwhile by a twin of this request.
             return Ok(BotOutcome::Repeated);
         }
-        // A conflict with where the chat stands, not a malformed request.
-        let done = |state: BotState| {
-            CoreError::Conflict(match state {
-                BotState::Closed => "the chat is closed: the bot is done with it".to_owned(),
-                _ => "an agent joined the chat: the bot is done with it".to_owned(),
-            })
-        };
         // An agent joined (or the chat closed) while the bot was answering a
         // customer message it got before: its AGENT_JOINED (CHAT_CLOSED)
         // waits behind that request, so the bot cannot know yet. Refusing its
@@ -268,7 +202,7 @@ impl Conversations {
         // Once the bot was told, its later messages are refused.
         if state.is_done() && matches!(event, BotEvent::BotMessage(_) | BotEvent::InviteAgent(_)) {
             if !done_notice_pending(&mut w.tx, chat.id).await? {
-                return Err(done(state));
+                return Err(done_with(state));
             }
             record_in(&mut w.tx, routed, now).await?;
             w.commit().await?;
@@ -283,134 +217,14 @@ impl Conversations {
         }
         match event {
             BotEvent::BotMessage(m) => {
-                let body = serde_json::to_value(&m.message)
-                    .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
-                // A widget shows every type itself (buttons as buttons) and
-                // its visitor's page gets the message live: nothing to send.
-                let customer_text = m.message.customer_text().filter(|_| !channel.is_widget());
-                let delivery = if channel.is_widget() {
-                    Some(DeliveryState::Delivered)
-                } else {
-                    customer_text.as_ref().map(|_| DeliveryState::Pending)
-                };
-                let uid = Uuid::now_v7().to_string();
-                let message_id = insert_bot_message(
-                    &mut w.tx,
-                    chat.id,
-                    &uid,
-                    &bot.name,
-                    &body.to_string(),
-                    delivery,
-                    now,
-                )
-                .await?;
-                if let Some(text) = customer_text {
-                    let wire = AgentMessage {
-                        sender: AgentSender {
-                            name: bot.name.clone(),
-                            photo: None,
-                        },
-                        recipient: Recipient {
-                            id: client.external_id.clone(),
-                        },
-                        message: plugin_api::channel::Message::Text(Text {
-                            id: Some(Label(uid.clone())),
-                            text,
-                        }),
-                    };
-                    let wire = serde_json::to_string(&wire).map_err(|e| {
-                        CoreError::Invalid(format!("cannot encode the message: {e}"))
-                    })?;
-                    let mut delivery = NewDelivery::channel_message(
-                        routed.event.id,
-                        EventKind::AGENT_MESSAGE.as_str(),
-                        format!(
-                            "{}/{}",
-                            channel.customer_endpoint.trim_end_matches('/'),
-                            channel.public_id
-                        ),
-                        wire,
-                        channel.chunked,
-                        chat.id,
-                        false,
-                    );
-                    delivery.message_id = Some(message_id);
-                    enqueue(&mut w.tx, &delivery, now).await?;
-                }
-                record_in(&mut w.tx, routed, now).await?;
-                w.commit().await?;
-                self.kick.kick();
-                let row = MessageRow {
-                    id: message_id,
-                    uid,
-                    chat_id: chat.id,
-                    author: Author::Bot,
-                    agent_id: None,
-                    author_name: Some(bot.name.clone()),
-                    body,
-                    delivery,
-                    delivery_error: None,
-                    created_at: now,
-                };
-                self.publish(chat, "chat.message", || json!({ "message": row }));
+                self.bot_message(w, bot, chat, (&client, &channel), &m.message, routed, now)
+                    .await?;
             }
             BotEvent::InviteAgent(_) => {
-                match state {
-                    BotState::Bot => {}
-                    // Invited already: one hand-off, one AGENT_UNAVAILABLE.
-                    BotState::Invited | BotState::Unavailable => {
-                        record_in(&mut w.tx, routed, now).await?;
-                        w.commit().await?;
-                        return Ok(BotOutcome::Applied);
-                    }
-                    // Taken above until the bot was told, refused after.
-                    BotState::Joined | BotState::Closed => return Err(done(state)),
-                }
-                let online = agents_online(&mut w.tx, chat.channel_id).await? > 0;
-                let next = if online {
-                    BotState::Invited
-                } else {
-                    BotState::Unavailable
-                };
-                set_chat_bot(&mut w.tx, chat.id, bot.id, next, now).await?;
-                if !online {
-                    queue_notice(&mut w.tx, bot, chat, EventKind::BOT_AGENT_UNAVAILABLE, now)
-                        .await?;
-                }
-                record_in(&mut w.tx, routed, now).await?;
-                w.commit().await?;
-                self.kick.kick();
-                self.publish(chat, "chat.invited", || {
-                    json!({ "chat": chat, "bot": { "id": bot.id, "name": bot.name,
-                            "state": next }, "client": client_view(&client) })
-                });
+                self.invite_agent(w, bot, chat, &client, state, routed, now)
+                    .await?;
             }
-            BotEvent::ClientInfo(info) => {
-                let contacts = info.contacts();
-                let update = ContactUpdate {
-                    name: contacts.name.as_deref(),
-                    phone: contacts.phone.as_deref(),
-                    email: contacts.email.as_deref(),
-                };
-                set_client_contact(&mut w.tx, chat.client_id, update, now).await?;
-                if let Some(description) = &contacts.description {
-                    set_client_description(&mut w.tx, chat.client_id, description).await?;
-                }
-                webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
-                record_in(&mut w.tx, routed, now).await?;
-                w.commit().await?;
-                self.kick.kick();
-                // The read is for the update alone.
-                if self.live().is_heard()
-                    && let Some(client) = self.store.client_by_id(chat.client_id).await?
-                {
-                    self.publish(
-                        chat,
-                        "chat.client",
-                        || json!({ "client": client_view(&client) }),
-                    );
-                }
-            }
+            BotEvent::ClientInfo(info) => self.client_info(w, chat, &info, routed, now).await?,
             other => {
                 return Err(CoreError::Invalid(format!(
                     "{} is sent by the hub, not to it",
@@ -419,6 +233,171 @@ impl Conversations {
             }
         }
         Ok(BotOutcome::Applied)
+    }
+
+    /// A bot's message: stored, and sent to the customer unless the channel
+    /// is a widget (whose page gets it live).
+    #[allow(clippy::too_many_arguments)]
+    async fn bot_message(
+        &self,
+        mut w: WriteTx<'_>,
+        bot: &Bot,
+        chat: &Chat,
+        (client, channel): (&Client, &Channel),
+        message: &bot::Message,
+        routed: &Routed,
+        now: i64,
+    ) -> Result<(), CoreError> {
+        let body = serde_json::to_value(message)
+            .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+        // A widget shows every type itself (buttons as buttons) and
+        // its visitor's page gets the message live: nothing to send.
+        let customer_text = message.customer_text().filter(|_| !channel.is_widget());
+        let delivery = if channel.is_widget() {
+            Some(DeliveryState::Delivered)
+        } else {
+            customer_text.as_ref().map(|_| DeliveryState::Pending)
+        };
+        let uid = Uuid::now_v7().to_string();
+        let message_id = insert_bot_message(
+            &mut w.tx,
+            chat.id,
+            &uid,
+            &bot.name,
+            &body.to_string(),
+            delivery,
+            now,
+        )
+        .await?;
+        if let Some(text) = customer_text {
+            let wire = AgentMessage {
+                sender: AgentSender {
+                    name: bot.name.clone(),
+                    photo: None,
+                },
+                recipient: Recipient {
+                    id: client.external_id.clone(),
+                },
+                message: plugin_api::channel::Message::Text(Text {
+                    id: Some(Label(uid.clone())),
+                    text,
+                }),
+            };
+            let wire = serde_json::to_string(&wire)
+                .map_err(|e| CoreError::Invalid(format!("cannot encode the message: {e}")))?;
+            let mut delivery = NewDelivery::channel_message(
+                routed.event.id,
+                EventKind::AGENT_MESSAGE.as_str(),
+                format!(
+                    "{}/{}",
+                    channel.customer_endpoint.trim_end_matches('/'),
+                    channel.public_id
+                ),
+                wire,
+                channel.chunked,
+                chat.id,
+                false,
+            );
+            delivery.message_id = Some(message_id);
+            enqueue(&mut w.tx, &delivery, now).await?;
+        }
+        record_in(&mut w.tx, routed, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+        let row = MessageRow {
+            id: message_id,
+            uid,
+            chat_id: chat.id,
+            author: Author::Bot,
+            agent_id: None,
+            author_name: Some(bot.name.clone()),
+            body,
+            delivery,
+            delivery_error: None,
+            created_at: now,
+        };
+        self.publish(chat, "chat.message", || json!({ "message": row }));
+        Ok(())
+    }
+
+    /// A bot hands the chat to agents: invited when one is online, else the
+    /// bot hears `AGENT_UNAVAILABLE`. One hand-off per chat.
+    #[allow(clippy::too_many_arguments)]
+    async fn invite_agent(
+        &self,
+        mut w: WriteTx<'_>,
+        bot: &Bot,
+        chat: &Chat,
+        client: &Client,
+        state: BotState,
+        routed: &Routed,
+        now: i64,
+    ) -> Result<(), CoreError> {
+        match state {
+            BotState::Bot => {}
+            // Invited already: one hand-off, one AGENT_UNAVAILABLE.
+            BotState::Invited | BotState::Unavailable => {
+                record_in(&mut w.tx, routed, now).await?;
+                w.commit().await?;
+                return Ok(());
+            }
+            // Taken above until the bot was told, refused after.
+            BotState::Joined | BotState::Closed => return Err(done_with(state)),
+        }
+        let online = agents_online(&mut w.tx, chat.channel_id).await? > 0;
+        let next = if online {
+            BotState::Invited
+        } else {
+            BotState::Unavailable
+        };
+        set_chat_bot(&mut w.tx, chat.id, bot.id, next, now).await?;
+        if !online {
+            queue_notice(&mut w.tx, bot, chat, EventKind::BOT_AGENT_UNAVAILABLE, now).await?;
+        }
+        record_in(&mut w.tx, routed, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+        self.publish(chat, "chat.invited", || {
+            json!({ "chat": chat, "bot": { "id": bot.id, "name": bot.name,
+                    "state": next }, "client": client_view(client) })
+        });
+        Ok(())
+    }
+
+    /// What a bot learnt of the customer's contacts.
+    async fn client_info(
+        &self,
+        mut w: WriteTx<'_>,
+        chat: &Chat,
+        info: &bot::ClientInfo,
+        routed: &Routed,
+        now: i64,
+    ) -> Result<(), CoreError> {
+        let contacts = info.contacts();
+        let update = ContactUpdate {
+            name: contacts.name.as_deref(),
+            phone: contacts.phone.as_deref(),
+            email: contacts.email.as_deref(),
+        };
+        set_client_contact(&mut w.tx, chat.client_id, update, now).await?;
+        if let Some(description) = &contacts.description {
+            set_client_description(&mut w.tx, chat.client_id, description).await?;
+        }
+        webhooks::queue_chat_event(&mut w.tx, chat.id, false, now).await?;
+        record_in(&mut w.tx, routed, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+        // The read is for the update alone.
+        if self.live().is_heard()
+            && let Some(client) = self.store.client_by_id(chat.client_id).await?
+        {
+            self.publish(
+                chat,
+                "chat.client",
+                || json!({ "client": client_view(&client) }),
+            );
+        }
+        Ok(())
     }
 
     /// Hands a chat to agents as if its bot had sent `INVITE_AGENT`: the
@@ -572,218 +551,19 @@ impl Conversations {
     }
 }
 
+/// A bot's message or hand-off for a chat it is done with: a conflict with
+/// where the chat stands, not a malformed request.
+fn done_with(state: BotState) -> CoreError {
+    CoreError::Conflict(match state {
+        BotState::Closed => "the chat is closed: the bot is done with it".to_owned(),
+        _ => "an agent joined the chat: the bot is done with it".to_owned(),
+    })
+}
+
 fn credentials(auth: &crate::store::bots::BotAuth) -> Credentials {
     Credentials {
         token_url: auth.token_url.clone(),
         client_id: auth.client_id.clone(),
         secret: auth.secret.clone(),
     }
-}
-
-/// Where requests to `bot` go.
-fn target_of(bot: &Bot) -> String {
-    match &bot.target {
-        BotTarget::Provider {
-            endpoint, token, ..
-        } => format!("{}/{token}", endpoint.trim_end_matches('/')),
-        BotTarget::Plugin(name) => format!("{PLUGIN_BOT_PREFIX}{name}"),
-    }
-}
-
-/// Logs and queues an event to a bot; the event's id is the payload's `id`
-/// (a UUID, the same on every attempt).
-async fn queue_bot_event(
-    conn: &mut Conn,
-    bot: &Bot,
-    chat: &Chat,
-    kind: EventKind,
-    payload: impl FnOnce(Uuid) -> BotEvent,
-    now: i64,
-) -> Result<(), StoreError> {
-    let id = Uuid::now_v7();
-    let body = serde_json::to_value(payload(id))
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode a bot event: {e}")))?;
-    let mut event = Event::new(kind, Direction::Out, body)
-        .on_channel(chat.channel_id)
-        .in_chat(chat.id);
-    event.id = id;
-    event.at = now;
-    insert_event(conn, &event).await?;
-    let delivery = NewDelivery::bot(
-        event.id,
-        event.kind.as_str(),
-        target_of(bot),
-        event.payload.to_string(),
-        chat.id,
-    );
-    enqueue(conn, &delivery, now).await
-}
-
-/// `AGENT_JOINED`, `AGENT_UNAVAILABLE` or `CHAT_CLOSED` to a provider; plugin
-/// bots hear only the customer.
-async fn queue_notice(
-    conn: &mut Conn,
-    bot: &Bot,
-    chat: &Chat,
-    kind: EventKind,
-    now: i64,
-) -> Result<(), StoreError> {
-    if matches!(bot.target, BotTarget::Plugin(_)) {
-        return Ok(());
-    }
-    let make = |id: Uuid| {
-        let notice = ChatNotice {
-            id: Label(id.to_string()),
-            client_id: Label(chat.client_id.to_string()),
-            chat_id: Label(chat.id.to_string()),
-        };
-        if kind == EventKind::BOT_AGENT_JOINED {
-            BotEvent::AgentJoined(notice)
-        } else if kind == EventKind::BOT_AGENT_UNAVAILABLE {
-            BotEvent::AgentUnavailable(notice)
-        } else {
-            BotEvent::ChatClosed(notice)
-        }
-    };
-    queue_bot_event(conn, bot, chat, kind.clone(), make, now).await
-}
-
-/// In the transaction of a stored customer message: a new chat on a bot's
-/// channel starts with the bot, and a message of a chat whose bot hears the
-/// customer becomes a `CLIENT_MESSAGE` to it. True when a request was queued.
-pub(super) async fn on_customer_message(
-    conn: &mut Conn,
-    hook: &BotHook,
-    written: &CustomerWritten,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let (Some(chat), Some(message)) = (&written.chat, &written.message) else {
-        return Ok(false);
-    };
-    let found = if written.opened {
-        match hook.directory.for_channel(&hook.channel_name) {
-            Some(bot) => {
-                set_chat_bot(conn, chat.id, bot.id, BotState::Bot, now).await?;
-                Some((bot.clone(), BotState::Bot))
-            }
-            None => None,
-        }
-    } else {
-        chat_bot_in_tx(conn, chat.id).await?.and_then(|cb| {
-            hook.directory
-                .by_id(cb.bot_id)
-                .map(|bot| (bot.clone(), cb.state))
-        })
-    };
-    let Some((bot, state)) = found else {
-        return Ok(false);
-    };
-    if !state.hears_customer() {
-        return Ok(false);
-    }
-    let text = text_for_bot(&message.body);
-    let button_id = last_bot_message(conn, chat.id)
-        .await?
-        .and_then(|body| serde_json::from_str::<bot::Message>(&body).ok())
-        .and_then(|m| m.button_for(&text).and_then(|b| b.id.clone()));
-    let online = agents_online(conn, chat.channel_id).await? > 0;
-    let client = &written.client;
-    let has_contacts = client.phone.is_some() || client.email.is_some();
-    let make = |id: Uuid| {
-        BotEvent::ClientMessage(ClientMessage {
-            id: Label(id.to_string()),
-            site_id: Some(Label(hook.site_id.to_string())),
-            client_id: Label(client.id.to_string()),
-            chat_id: Label(chat.id.to_string()),
-            agents_online: Some(online),
-            sender: Some(Sender {
-                id: plugin_api::webhook::NumericId(client.id),
-                name: client.name.clone(),
-                url: client.url.clone(),
-                has_contacts: Some(has_contacts),
-                email: client.email.clone(),
-                phone: client.phone.clone(),
-            }),
-            message: bot::Message::Text(TextMessage {
-                text,
-                button_id,
-                timestamp: Timestamp::from_unix(now / 1000),
-            }),
-            channel: Some(bot::Channel {
-                id: Label(hook.channel_public_id.clone()),
-                kind: hook.channel_kind.as_str().to_owned(),
-            }),
-        })
-    };
-    queue_bot_event(conn, &bot, chat, EventKind::BOT_CLIENT_MESSAGE, make, now).await?;
-    Ok(true)
-}
-
-/// What a bot reads of a customer's message: the text, or for media the
-/// file's URL (after the caption), never nothing.
-fn text_for_bot(body: &Value) -> String {
-    use plugin_api::channel::Message as M;
-    match serde_json::from_value::<M>(body.clone()) {
-        Ok(M::Text(t)) => t.text,
-        Ok(
-            M::Video(m) | M::Audio(m) | M::Voice(m) | M::Photo(m) | M::Sticker(m) | M::Document(m),
-        ) => match m.text.filter(|t| !t.trim().is_empty()) {
-            Some(caption) => format!("{caption}\n{}", m.file),
-            None => m.file,
-        },
-        Ok(M::Location(l)) => format!("{}, {}", l.latitude, l.longitude),
-        Ok(other) => other.preview(),
-        Err(_) => body.to_string(),
-    }
-}
-
-/// In the transaction of an agent accepting `chat`: a bot that had it hears
-/// `AGENT_JOINED` and is done. True when a request was queued.
-pub(super) async fn on_agent_joined(
-    conn: &mut Conn,
-    directory: &Directory,
-    chat: &Chat,
-    now: i64,
-) -> Result<bool, StoreError> {
-    settle(conn, directory, chat, BotState::Joined, now).await
-}
-
-/// In the transaction of closing `chat`: its bot hears `CHAT_CLOSED` (also
-/// after an agent joined) and is done.
-pub(super) async fn on_chat_closed(
-    conn: &mut Conn,
-    directory: &Directory,
-    chat: &Chat,
-    now: i64,
-) -> Result<bool, StoreError> {
-    settle(conn, directory, chat, BotState::Closed, now).await
-}
-
-async fn settle(
-    conn: &mut Conn,
-    directory: &Directory,
-    chat: &Chat,
-    to: BotState,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let Some(cb) = chat_bot_in_tx(conn, chat.id).await? else {
-        return Ok(false);
-    };
-    let already = match to {
-        BotState::Joined => cb.state.is_done(),
-        _ => cb.state == BotState::Closed,
-    };
-    if already {
-        return Ok(false);
-    }
-    set_chat_bot(conn, chat.id, cb.bot_id, to, now).await?;
-    let Some(bot) = directory.by_id(cb.bot_id) else {
-        return Ok(false);
-    };
-    let kind = match to {
-        BotState::Joined => EventKind::BOT_AGENT_JOINED,
-        _ => EventKind::BOT_CHAT_CLOSED,
-    };
-    queue_notice(conn, bot, chat, kind, now).await?;
-    Ok(true)
 }

@@ -13,12 +13,16 @@ use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
 use crate::core::bots::BotOutcome;
-use crate::core::conversations::{Conversations, CoreError, Ingested};
+use crate::core::conversations::Conversations;
+use crate::core::crm::{CrmChange, Done};
+use crate::core::error::{CoreError, Passage};
 use crate::core::integration::CallReport;
+use crate::core::messages::Ingested;
 use crate::core::offline::OfflineOutcome;
-use crate::core::widget::WidgetAction;
+use crate::core::widget::{Session, VisitorKeys, WidgetAction};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, Verdict};
+use crate::store::widget::PageReport;
 use crate::store::{Agent, Bot, Channel, Chat, Client, MessageRow};
 
 /// An inbound action, as an edge parsed it.
@@ -65,11 +69,24 @@ pub enum Inbound<'a> {
         agent: &'a Agent,
         report: CallReport,
     },
+    /// A widget page starting (or resuming, with a genuine token) its
+    /// visitor's session.
+    WidgetSession {
+        channel: &'a Channel,
+        keys: &'a VisitorKeys,
+        token: Option<&'a str>,
+        page: PageReport<'a>,
+    },
     /// A widget visitor's `widget_api` call.
     Widget {
         channel: &'a Channel,
         visitor: &'a Client,
         action: WidgetAction,
+    },
+    /// An agent's change to the CRM (`crm.<entity>.<verb>`).
+    Crm {
+        agent: &'a Agent,
+        change: CrmChange,
     },
     /// A bot provider's event (`BOT_MESSAGE`, `INVITE_AGENT`, `CLIENT_INFO`),
     /// with its payload as posted.
@@ -93,14 +110,8 @@ pub enum Handled {
     Call(Value),
     Bot(BotOutcome),
     Widget,
-}
-
-/// What the pipeline left of an event.
-pub(crate) enum Passage {
-    /// Go on, maybe with a changed payload, or with a plugin's reply.
-    Through(Box<Routed>),
-    /// A plugin dropped it; the event and its effects are recorded.
-    Dropped(String),
+    Session(Box<Session>),
+    Crm(Done),
 }
 
 impl Conversations {
@@ -174,6 +185,15 @@ impl Conversations {
                     .await
                     .map(Handled::Attributes)
             }
+            Inbound::WidgetSession {
+                channel,
+                keys,
+                token,
+                page,
+            } => self
+                .widget_session(channel, keys, token, page)
+                .await
+                .map(|s| Handled::Session(Box::new(s))),
             Inbound::Widget {
                 channel,
                 visitor,
@@ -190,6 +210,13 @@ impl Conversations {
                 .provider_event(bot, event, payload)
                 .await
                 .map(Handled::Bot),
+            Inbound::Crm { agent, change } => {
+                let event = change.event(agent);
+                let routed = self.through(event, "CRM change").await?;
+                self.crm_change(agent, change, &routed)
+                    .await
+                    .map(Handled::Crm)
+            }
             Inbound::Call { agent, report } => {
                 let chat_id = report.chat_id();
                 let mut event = Event::new(

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use crate::core::batch::BatchWrite;
-use crate::core::bots::{self, BotHook};
-use crate::core::conversations::CoreError;
+use crate::core::bot_hooks::{self, BotHook};
+use crate::core::error::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
@@ -58,7 +58,7 @@ impl BatchWrite for Ingress {
                 _ => false,
             };
             if let Some(hook) = &job.bot {
-                updated |= bots::on_customer_message(conn, hook, &written, now).await?;
+                updated |= bot_hooks::on_customer_message(conn, hook, &written, now).await?;
             }
             results.push(Written { written, updated });
         }

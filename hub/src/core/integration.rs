@@ -7,10 +7,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
-use crate::core::conversations::record_in;
-use crate::core::conversations::{Conversations, CoreError};
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
 use crate::core::webhooks::{self, payload, reply::Integration};
 use crate::pipeline::Routed;
+use crate::pipeline::record_in;
 use crate::store::calls::{self, CallUpdate, NewCall, StoredCall};
 use crate::store::chats::{client_attributes, integration_of, set_client_attributes, set_crm_link};
 use crate::store::{Agent, Chat, Conn};

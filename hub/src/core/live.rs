@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tokio::sync::{Notify, broadcast, mpsc, watch};
 
-use crate::store::Store;
 use crate::store::notices::Listener;
+use crate::store::{Client, Store};
 
 /// One update on the agent stream (`event:` is `kind`, `data:` is `data`).
 #[derive(Debug, Clone, Serialize)]
@@ -244,6 +245,21 @@ async fn receive_notices(
             Err(e) => tracing::warn!(error = %e, "a malformed notice from another instance"),
         }
     }
+}
+
+/// The client as agents see it.
+pub fn client_view(client: &Client) -> serde_json::Value {
+    json!({
+        "id": client.id,
+        "external_id": client.external_id,
+        "name": client.display_name(),
+        "visitor_number": client.visitor_number,
+        "phone": client.phone,
+        "email": client.email,
+        "photo": client.photo,
+        "url": client.url,
+        "invite": client.invite,
+    })
 }
 
 #[cfg(test)]

@@ -6,17 +6,23 @@
 
 pub mod accounts;
 mod batch;
+mod bot_hooks;
 pub mod bots;
+mod chats;
 pub mod conversations;
+pub mod crm;
 pub mod door;
+pub mod error;
 mod ingress;
 pub mod integration;
 pub mod live;
+pub mod messages;
 pub mod offline;
 pub mod outcomes;
 mod outgoing;
 pub mod provisioning;
 pub mod reminders;
+mod results;
 pub mod webhooks;
 pub mod widget;
 

@@ -7,8 +7,9 @@ use plugin_api::widget::{OfflineMessageEvent, OfflineMessageInput};
 use tracing::Instrument;
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError};
-use crate::core::door::Passage;
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
+use crate::core::error::Passage;
 use crate::core::webhooks::{self, payload};
 use crate::event::{Direction, Event, EventKind};
 use crate::pipeline::{Routed, record_effects};

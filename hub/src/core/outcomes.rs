@@ -4,26 +4,23 @@
 //! receiver's answer, applies a `chat_accepted`/`chat_updated` reply to the
 //! chat, and is itself an event (`*.delivery_result`) plugins may watch.
 
-use std::sync::Arc;
-
 use serde_json::json;
 
 use crate::clock::now_ms;
-use crate::core::batch::BatchWrite;
-use crate::core::conversations::{Conversations, CoreError};
+use crate::core::conversations::Conversations;
+use crate::core::results::{ResultJob, into_store_error};
 use crate::core::webhooks::{self, reply};
 use crate::delivery::{BoxFuture, Final, Finisher, Staged};
 use crate::event::{Direction, Event, EventKind};
 use crate::outbound::ExchangeError;
 use crate::pipeline::{Verdict, record_effects};
-use crate::runtime::{Forward, KvWrites};
 use crate::store::chats::{
     ContactUpdate, integration_of, set_client_contact, set_integration, set_message_delivery,
 };
 use crate::store::events::insert_event;
 use crate::store::locks;
-use crate::store::outbox::{Finished, MAX_FINISHED, finish, finish_many, set_response, unstage};
-use crate::store::{Chat, Claimed, Conn, DeliveryState, OutboxState, RowKind, StoreError};
+use crate::store::outbox::{Finished, finish, set_response, unstage};
+use crate::store::{Chat, Claimed, DeliveryState, OutboxState, RowKind, StoreError};
 
 impl Finisher for Conversations {
     fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>> {
@@ -78,48 +75,8 @@ impl Finisher for Conversations {
         result: &'a Final,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let (state, outbox_state, error, answer) = match result {
-                Final::Delivered { answer } => (
-                    DeliveryState::Delivered,
-                    OutboxState::Delivered,
-                    None,
-                    answer.as_deref(),
-                ),
-                Final::Failed(reason) => (
-                    DeliveryState::Failed,
-                    OutboxState::Failed,
-                    Some(reason.as_str()),
-                    None,
-                ),
-                Final::NotSent(reason) => (
-                    DeliveryState::Failed,
-                    OutboxState::Dropped,
-                    Some(reason.as_str()),
-                    None,
-                ),
-            };
-            let row_kind = row.row_kind();
-            let webhook = row_kind.is_webhook() || row_kind == RowKind::Bot;
-            let kind = match row_kind {
-                RowKind::Forward => EventKind::FORWARD_RESULT,
-                RowKind::EventWebhook | RowKind::CrmWebhook => EventKind::WEBHOOK_RESULT,
-                RowKind::ChannelMessage => EventKind::DELIVERY_RESULT,
-                RowKind::Bot => EventKind::BOT_DELIVERY_RESULT,
-            };
-            let mut payload = json!({
-                "delivery_id": row.id,
-                "event_id": row.event_id,
-                "message_id": row.message_id,
-                "state": outbox_state.as_str(),
-                "error": error,
-            });
-            if webhook {
-                payload["kind"] = json!(row.kind);
-                payload["answer"] = json!(answer);
-            }
-            let mut event = Event::new(kind, Direction::In, payload.clone());
-            event.channel_id = row.channel_id;
-            event.chat_id = row.chat_id;
+            let (state, outbox_state, error, answer) = result_facts(result);
+            let (event, payload) = result_event(row, outbox_state, error, answer);
             // The result is a fact: plugins may watch and forward it, not change it.
             let routed = self.pipeline.run(event.clone()).await;
             // Only a reply to these is shown to the agent: read the chat for it.
@@ -166,53 +123,25 @@ impl Finisher for Conversations {
                         .map_err(into_store_error)?;
                     None
                 }
-                Some((chat, read)) => {
-                    // The row mode, holding the chat's sender (its integration
-                    // and client are written) and the row's order key (its next
-                    // row becomes the head).
-                    let mut w = self.store.begin_row_write().await?;
-                    locks::chats(&mut w.tx, &[chat.id], &[]).await?;
-                    locks::order_keys_of_rows(&mut w.tx, &[row.seq]).await?;
-                    finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
-                    if let Some(answer) = answer {
-                        set_response(&mut w.tx, &row.id, answer).await?;
-                    }
-                    if let Some(message_id) = row.message_id {
-                        set_message_delivery(&mut w.tx, message_id, state, error).await?;
-                    }
-                    // Operators find what was left out on the delivery itself.
-                    for skipped in &read.skipped {
-                        crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string())
-                            .await?;
-                    }
-                    let shown =
-                        apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?;
-                    insert_event(&mut w.tx, &event).await?;
-                    record_effects(&mut w.tx, &event, &routed.forwards, &routed.kv_writes, now)
-                        .await?;
-                    w.commit().await?;
-                    Some(shown)
-                }
+                Some((chat, read)) => Some(
+                    self.finish_with_reply(
+                        row,
+                        chat,
+                        read,
+                        (state, outbox_state, error, answer),
+                        &event,
+                        &routed,
+                        now,
+                    )
+                    .await?,
+                ),
             };
             // Logged and counted once committed, so a retried finish counts once.
             if chat.is_some() {
                 crate::obs::webhook_reply(integration.is_some());
             }
             if let Some((_, read)) = &integration {
-                let event_name = row
-                    .kind
-                    .strip_prefix(webhooks::EVENT_PREFIX)
-                    .unwrap_or(&row.kind);
-                for skipped in &read.skipped {
-                    tracing::warn!(
-                        delivery = %row.id,
-                        event = event_name,
-                        field = %skipped.path,
-                        problem = %skipped.problem,
-                        "left out a malformed field of a webhook reply"
-                    );
-                    self.reply_skips.count(event_name, skipped.field);
-                }
+                self.note_skipped(row, read);
             }
             if forwarded {
                 self.kick.kick();
@@ -251,6 +180,122 @@ impl Finisher for Conversations {
     }
 }
 
+impl Conversations {
+    /// A final result whose answer is a reply applied to the chat: written
+    /// on its own, with the chat's integration data and client.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_with_reply(
+        &self,
+        row: &Claimed,
+        chat: &Chat,
+        read: &reply::Reply,
+        facts: (DeliveryState, OutboxState, Option<&str>, Option<&str>),
+        event: &Event,
+        routed: &crate::pipeline::Routed,
+        now: i64,
+    ) -> Result<reply::Integration, StoreError> {
+        let (state, outbox_state, error, answer) = facts;
+        // The row mode, holding the chat's sender (its integration
+        // and client are written) and the row's order key (its next
+        // row becomes the head).
+        let mut w = self.store.begin_row_write().await?;
+        locks::chats(&mut w.tx, &[chat.id], &[]).await?;
+        locks::order_keys_of_rows(&mut w.tx, &[row.seq]).await?;
+        finish(&mut w.tx, &row.id, outbox_state, error, row.attempts, now).await?;
+        if let Some(answer) = answer {
+            set_response(&mut w.tx, &row.id, answer).await?;
+        }
+        if let Some(message_id) = row.message_id {
+            set_message_delivery(&mut w.tx, message_id, state, error).await?;
+        }
+        // Operators find what was left out on the delivery itself.
+        for skipped in &read.skipped {
+            crate::store::outbox::add_note(&mut w.tx, &row.id, &skipped.to_string()).await?;
+        }
+        let shown = apply_integration(&mut w.tx, chat, read.integration.clone(), now).await?;
+        insert_event(&mut w.tx, event).await?;
+        record_effects(&mut w.tx, event, &routed.forwards, &routed.kv_writes, now).await?;
+        w.commit().await?;
+        Ok(shown)
+    }
+
+    /// Logs and counts the fields of a webhook reply that were left out.
+    fn note_skipped(&self, row: &Claimed, read: &reply::Reply) {
+        let event_name = row
+            .kind
+            .strip_prefix(webhooks::EVENT_PREFIX)
+            .unwrap_or(&row.kind);
+        for skipped in &read.skipped {
+            tracing::warn!(
+                delivery = %row.id,
+                event = event_name,
+                field = %skipped.path,
+                problem = %skipped.problem,
+                "left out a malformed field of a webhook reply"
+            );
+            self.reply_skips.count(event_name, skipped.field);
+        }
+    }
+}
+
+/// What a final result means for the message and the outbox row, with its
+/// reason and the receiver's answer.
+fn result_facts(result: &Final) -> (DeliveryState, OutboxState, Option<&str>, Option<&str>) {
+    match result {
+        Final::Delivered { answer } => (
+            DeliveryState::Delivered,
+            OutboxState::Delivered,
+            None,
+            answer.as_deref(),
+        ),
+        Final::Failed(reason) => (
+            DeliveryState::Failed,
+            OutboxState::Failed,
+            Some(reason.as_str()),
+            None,
+        ),
+        Final::NotSent(reason) => (
+            DeliveryState::Failed,
+            OutboxState::Dropped,
+            Some(reason.as_str()),
+            None,
+        ),
+    }
+}
+
+/// The result as an event (`*.delivery_result`), and its payload, which is
+/// also the agents' live update.
+fn result_event(
+    row: &Claimed,
+    outbox_state: OutboxState,
+    error: Option<&str>,
+    answer: Option<&str>,
+) -> (Event, serde_json::Value) {
+    let row_kind = row.row_kind();
+    let webhook = row_kind.is_webhook() || row_kind == RowKind::Bot;
+    let kind = match row_kind {
+        RowKind::Forward => EventKind::FORWARD_RESULT,
+        RowKind::EventWebhook | RowKind::CrmWebhook => EventKind::WEBHOOK_RESULT,
+        RowKind::ChannelMessage => EventKind::DELIVERY_RESULT,
+        RowKind::Bot => EventKind::BOT_DELIVERY_RESULT,
+    };
+    let mut payload = json!({
+        "delivery_id": row.id,
+        "event_id": row.event_id,
+        "message_id": row.message_id,
+        "state": outbox_state.as_str(),
+        "error": error,
+    });
+    if webhook {
+        payload["kind"] = json!(row.kind);
+        payload["answer"] = json!(answer);
+    }
+    let mut event = Event::new(kind, Direction::In, payload.clone());
+    event.channel_id = row.channel_id;
+    event.chat_id = row.chat_id;
+    (event, payload)
+}
+
 /// Merges what a reply showed into the chat's integration data, and applies
 /// its contact details to the client as if the visitor had given them.
 async fn apply_integration(
@@ -271,38 +316,4 @@ async fn apply_integration(
     shown.merge(newer);
     set_integration(conn, chat.id, &shown).await?;
     Ok(shown)
-}
-
-/// A final result on its way to the database, with its plugins' effects.
-pub(super) struct ResultJob {
-    finished: Finished,
-    forwards: Vec<Forward>,
-    kv_writes: Vec<(Arc<str>, KvWrites)>,
-}
-
-/// Delivery results, written in batches (`store::outbox::finish_many`).
-pub(super) struct Results;
-
-impl BatchWrite for Results {
-    type Job = ResultJob;
-    type Done = ();
-    const MAX: usize = MAX_FINISHED;
-    const WHAT: &'static str = "delivery results";
-
-    async fn write(conn: &mut Conn, jobs: &mut [ResultJob]) -> Result<Vec<()>, CoreError> {
-        let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
-        finish_many(conn, &rows).await?;
-        for job in jobs.iter() {
-            let event = &job.finished.event;
-            record_effects(conn, event, &job.forwards, &job.kv_writes, job.finished.now).await?;
-        }
-        Ok(vec![(); jobs.len()])
-    }
-}
-
-fn into_store_error(e: CoreError) -> StoreError {
-    match e {
-        CoreError::Store(e) => e,
-        other => StoreError::Commit(other.to_string()),
-    }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::core::batch::BatchWrite;
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};

@@ -10,17 +10,20 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use crate::clock::now_ms;
-use crate::core::conversations::{Conversations, CoreError, client_view, record_in};
-use crate::core::door::Passage;
+use crate::core::conversations::Conversations;
+use crate::core::error::CoreError;
+use crate::core::error::Passage;
+use crate::core::live::client_view;
 use crate::core::webhooks;
 use crate::event::{Direction, Event, EventKind};
 use crate::ids::{constant_time_eq, random_token};
+use crate::pipeline::record_in;
 use crate::store::calls::{self, NewCall};
 use crate::store::chats::{ContactUpdate, set_client_contact, set_client_description};
 use crate::store::widget::{
     PageReport, set_custom_data, set_history_from, set_page, set_user_token, take_attribute_call,
 };
-use crate::store::{Channel, Client, MessageRow, Store, StoreError};
+use crate::store::{Channel, Client, Conn, MessageRow, Store, StoreError};
 use plugin_api::webhook::{Call, CallStatus, CallType};
 
 /// Settings key of the secret visitor tokens are signed with.
@@ -33,6 +36,13 @@ pub const ATTRIBUTE_CALLS_PER_HOUR: i64 = 10;
 /// their own chats; the signature keeps anyone from making up a key.
 #[derive(Clone)]
 pub struct VisitorKeys(Vec<u8>);
+
+/// The secret stays out of logs.
+impl std::fmt::Debug for VisitorKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VisitorKeys(..)")
+    }
+}
 
 impl VisitorKeys {
     /// The installation's secret, created on first use.
@@ -215,7 +225,7 @@ impl Conversations {
     /// Starts (or resumes, with a genuine token) a visitor's session on a
     /// widget channel: the client exists from here on (with its visitor
     /// number), the page is recorded, and the history comes back.
-    pub async fn widget_session(
+    pub(super) async fn widget_session(
         &self,
         channel: &Channel,
         keys: &VisitorKeys,
@@ -313,32 +323,118 @@ impl Conversations {
         };
         let now = now_ms();
         let mut w = self.store.begin_write().await?;
-        let mut publish = None;
-        let mut started = None;
-        match &action {
+        let applied = self
+            .apply_widget_action(&mut w.tx, channel, client, chat, &action, now)
+            .await?;
+        record_in(&mut w.tx, &routed, now).await?;
+        w.commit().await?;
+        self.kick.kick();
+        match applied {
+            Applied::Call(started) => self.announce_call(client, started).await?,
+            Applied::Publish(kind) => {
+                if let Some(chat_id) = chat {
+                    self.publish_client(channel, client, chat_id, kind).await?;
+                }
+            }
+            Applied::Quietly => {}
+        }
+        Ok(())
+    }
+
+    /// Tells agents of a callback a visitor asked for (and of the chat it
+    /// opened): they take it through the calls API.
+    async fn announce_call(&self, client: &Client, started: StartedCall) -> Result<(), CoreError> {
+        let StartedCall {
+            chat_id,
+            opened,
+            call_id,
+            call,
+        } = started;
+        let Some(chat) = self.store.chat_by_id(chat_id).await? else {
+            return Ok(());
+        };
+        if opened {
+            self.publish(
+                &chat,
+                "chat.opened",
+                || json!({ "chat": chat, "client": client_view(client) }),
+            );
+        }
+        self.publish(
+            &chat,
+            "chat.call",
+            || json!({ "id": call_id, "call": call, "agent_id": null }),
+        );
+        Ok(())
+    }
+
+    /// Tells the chat's agents what the visitor changed of their client.
+    async fn publish_client(
+        &self,
+        channel: &Channel,
+        client: &Client,
+        chat_id: i64,
+        kind: &'static str,
+    ) -> Result<(), CoreError> {
+        // The reads below are for the update alone.
+        if !self.live().is_heard() {
+            return Ok(());
+        }
+        let client = self.store.client_by_id(client.id).await?;
+        let extras = self
+            .store
+            .visitor_extras(client.as_ref().map_or(0, |c| c.id))
+            .await?;
+        self.publish_to(channel.id, chat_id, kind, || {
+            json!({
+                "client": client.as_ref().map(client_view),
+                "custom_data": extras
+                    .custom_data
+                    .and_then(|t| serde_json::from_str::<Value>(&t).ok()),
+                "page": { "url": client.as_ref().and_then(|c| c.url.clone()),
+                          "title": extras.page_title },
+            })
+        });
+        Ok(())
+    }
+
+    /// What a `widget_api` call changes, in the call's transaction.
+    async fn apply_widget_action(
+        &self,
+        conn: &mut Conn,
+        channel: &Channel,
+        client: &Client,
+        chat: Option<i64>,
+        action: &WidgetAction,
+        now: i64,
+    ) -> Result<Applied, CoreError> {
+        Ok(match action {
             WidgetAction::Contacts(c) => {
                 let update = ContactUpdate {
                     name: c.name.as_deref().filter(|v| !v.is_empty()),
                     phone: c.phone.as_deref().filter(|v| !v.is_empty()),
                     email: c.email.as_deref().filter(|v| !v.is_empty()),
                 };
-                set_client_contact(&mut w.tx, client.id, update, now).await?;
+                set_client_contact(conn, client.id, update, now).await?;
                 if let Some(d) = c.description.as_deref().filter(|v| !v.is_empty()) {
-                    set_client_description(&mut w.tx, client.id, d).await?;
+                    set_client_description(conn, client.id, d).await?;
                 }
                 match chat {
-                    Some(chat) => webhooks::queue_chat_event(&mut w.tx, chat, false, now).await?,
-                    None => webhooks::queue_client_updated(&mut w.tx, client.id, now).await?,
+                    Some(chat) => webhooks::queue_chat_event(conn, chat, false, now).await?,
+                    None => webhooks::queue_client_updated(conn, client.id, now).await?,
                 }
-                publish = Some("chat.client");
+                Applied::Publish("chat.client")
             }
             WidgetAction::CustomData(fields) => {
                 let text = serde_json::to_string(fields)
                     .map_err(|e| CoreError::Invalid(format!("custom data: {e}")))?;
-                set_custom_data(&mut w.tx, client.id, &text).await?;
-                publish = Some("chat.custom_data");
+                set_custom_data(conn, client.id, &text).await?;
+                Applied::Publish("chat.custom_data")
             }
-            WidgetAction::UserToken(t) => set_user_token(&mut w.tx, client.id, t).await?,
+            WidgetAction::UserToken(t) => {
+                set_user_token(conn, client.id, t).await?;
+                Applied::Quietly
+            }
             WidgetAction::Page {
                 url,
                 title,
@@ -350,33 +446,32 @@ impl Conversations {
                     referrer: referrer.as_deref(),
                     ..PageReport::default()
                 };
-                set_page(&mut w.tx, client.id, &page, false, now).await?;
-                publish = Some("chat.page");
+                set_page(conn, client.id, &page, false, now).await?;
+                Applied::Publish("chat.page")
             }
             WidgetAction::Attributes(changes) => {
                 let since = now - 3_600_000;
-                if !take_attribute_call(&mut w.tx, client.id, since, ATTRIBUTE_CALLS_PER_HOUR, now)
+                if !take_attribute_call(conn, client.id, since, ATTRIBUTE_CALLS_PER_HOUR, now)
                     .await?
                 {
                     return Err(CoreError::Conflict(format!(
                         "at most {ATTRIBUTE_CALLS_PER_HOUR} calls per hour"
                     )));
                 }
-                crate::core::integration::merge_attributes(
-                    &mut w.tx,
-                    client.id,
-                    changes.clone(),
-                    now,
-                )
-                .await?;
+                crate::core::integration::merge_attributes(conn, client.id, changes.clone(), now)
+                    .await?;
+                Applied::Quietly
             }
-            WidgetAction::ClearHistory => set_history_from(&mut w.tx, client.id, now).await?,
+            WidgetAction::ClearHistory => {
+                set_history_from(conn, client.id, now).await?;
+                Applied::Quietly
+            }
             WidgetAction::StartCall(phone) => {
                 let (chat_id, opened) = match chat {
                     Some(id) => (id, false),
                     None => {
                         let chat =
-                            crate::store::chats::insert_chat(&mut w.tx, channel.id, client.id, now)
+                            crate::store::chats::insert_chat(conn, channel.id, client.id, now)
                                 .await?;
                         (chat.id, true)
                     }
@@ -390,7 +485,7 @@ impl Conversations {
                     phone,
                     now,
                 };
-                let call_id = calls::insert(&mut w.tx, &new).await?;
+                let call_id = calls::insert(conn, &new).await?;
                 let call = Call {
                     kind: CallType::Callback,
                     phone: phone.clone(),
@@ -398,51 +493,31 @@ impl Conversations {
                     reason: None,
                     record_url: None,
                 };
-                self.queue_call(&mut w.tx, chat_id, None, call.clone(), now)
+                self.queue_call(conn, chat_id, None, call.clone(), now)
                     .await?;
-                started = Some((chat_id, opened, call_id, call));
-            }
-        }
-        record_in(&mut w.tx, &routed, now).await?;
-        w.commit().await?;
-        self.kick.kick();
-        if let Some((chat_id, opened, call_id, call)) = started
-            && let Some(chat) = self.store.chat_by_id(chat_id).await?
-        {
-            if opened {
-                self.publish(
-                    &chat,
-                    "chat.opened",
-                    || json!({ "chat": chat, "client": client_view(client) }),
-                );
-            }
-            // Agents see the request and take it through the calls API.
-            self.publish(
-                &chat,
-                "chat.call",
-                || json!({ "id": call_id, "call": call, "agent_id": null }),
-            );
-        }
-        // The reads below are for the update alone.
-        if let (Some(kind), Some(chat_id)) = (publish, chat)
-            && self.live().is_heard()
-        {
-            let client = self.store.client_by_id(client.id).await?;
-            let extras = self
-                .store
-                .visitor_extras(client.as_ref().map_or(0, |c| c.id))
-                .await?;
-            self.publish_to(channel.id, chat_id, kind, || {
-                json!({
-                    "client": client.as_ref().map(client_view),
-                    "custom_data": extras
-                        .custom_data
-                        .and_then(|t| serde_json::from_str::<Value>(&t).ok()),
-                    "page": { "url": client.as_ref().and_then(|c| c.url.clone()),
-                              "title": extras.page_title },
+                Applied::Call(StartedCall {
+                    chat_id,
+                    opened,
+                    call_id,
+                    call,
                 })
-            });
-        }
-        Ok(())
+            }
+        })
     }
+}
+
+/// What a `widget_api` call changed that agents hear of.
+enum Applied {
+    /// The client's details (the kind of live update).
+    Publish(&'static str),
+    /// A callback request, maybe in a chat it opened.
+    Call(StartedCall),
+    Quietly,
+}
+
+struct StartedCall {
+    chat_id: i64,
+    opened: bool,
+    call_id: i64,
+    call: Call,
 }

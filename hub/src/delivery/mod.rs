@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::http::{HeaderName, HeaderValue};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -21,7 +22,9 @@ pub use policy::Policies;
 use crate::clock::now_ms;
 use crate::obs::{self, DeliveryResult};
 use crate::outbound::signing::{self, Secret};
-use crate::outbound::{AnswerRule, Attempt, DeliveryId, ExchangeError, HttpSender, Request};
+use crate::outbound::{
+    AnswerRule, Attempt, DeliveryId, ExchangeError, HttpSender, Request, RetryPolicy,
+};
 use crate::pipeline::wiring::WiringHandle;
 use crate::store::{Claimed, Retry, RowKind, Store, StoreError};
 
@@ -273,6 +276,24 @@ impl Deliverer {
         }
         let started = now_ms();
         let attempt_no = row.attempts + 1;
+        let outcome = self
+            .send_attempt(row, &policy, headers, attempt_no, started)
+            .await;
+        obs::attempt(attempt_no);
+        self.record_attempt(row, &policy, attempt_no, started, outcome)
+            .await
+    }
+
+    /// Makes attempt `attempt_no` of `row`: its headers (the destination's,
+    /// the signature, a bot provider's token) and the request.
+    async fn send_attempt(
+        &self,
+        row: &Claimed,
+        policy: &RetryPolicy,
+        headers: &[(HeaderName, HeaderValue)],
+        attempt_no: i64,
+        started: i64,
+    ) -> Attempt {
         let mut headers = headers.to_vec();
         if let Some(secret) = &row.secret {
             headers.extend(signature_headers(secret, row, started / 1000));
@@ -281,7 +302,7 @@ impl Deliverer {
             RowKind::Bot => self.finisher.request_headers(row).await,
             _ => Ok(Vec::new()),
         };
-        let outcome = match extra {
+        match extra {
             Ok(extra) => {
                 headers.extend(extra);
                 let request = Request {
@@ -298,8 +319,20 @@ impl Deliverer {
                 self.sender.send(request, answer_rule(row)).await
             }
             Err(failure) => failure.into_attempt(),
-        };
-        obs::attempt(attempt_no);
+        }
+    }
+
+    /// What an attempt came to: a final result is settled, a transient
+    /// failure rescheduled (or, out of attempts, failed).
+    async fn record_attempt(
+        &self,
+        row: &Claimed,
+        policy: &RetryPolicy,
+        attempt_no: i64,
+        started: i64,
+        outcome: Attempt,
+    ) -> Result<(), StoreError> {
+        let max = i64::from(policy.attempts);
         // A final result counts the attempt that ended it.
         let tried = Claimed {
             attempts: attempt_no,

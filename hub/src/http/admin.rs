@@ -325,8 +325,7 @@ async fn create_bot(app: &App, req: Request<Incoming>) -> Resp {
     let outbound = app.sender.policy();
     match provisioning::create_bot(&app.store, &spec, false, &outbound).await {
         Ok(bot) => {
-            app.live.announce_bots_changed();
-            if let Err(e) = app.conversations.reload_bots().await {
+            if let Err(e) = app.conversations.bots_changed().await {
                 return store_failure(e.into());
             }
             json(
@@ -353,8 +352,7 @@ async fn delete_bot(app: &App, key: &str) -> Resp {
         Err(e) => return store_failure(e.into()),
     };
     let deleted = app.store.delete_bot(bot.id).await;
-    app.live.announce_bots_changed();
-    let reloaded = app.conversations.reload_bots().await;
+    let reloaded = app.conversations.bots_changed().await;
     match deleted.and(reloaded) {
         Ok(()) => json(
             StatusCode::OK,

@@ -9,7 +9,8 @@ use plugin_api::channel::agent_message_body_from_value;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::core::conversations::{CoreError, client_view};
+use crate::core::error::CoreError;
+use crate::core::live::client_view;
 use crate::core::{Handled, Inbound};
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
@@ -426,8 +427,11 @@ fn handled_json(done: Handled) -> serde_json::Value {
         Handled::Attributes(attributes) => json!({ "attributes": attributes }),
         Handled::Call(call) => call,
         Handled::AgentMessage(stored) => json!({ "message": stored }),
-        Handled::Customer(_) | Handled::Offline(_) | Handled::Bot(_) | Handled::Widget => {
-            json!({ "result": "ok" })
-        }
+        Handled::Crm(done) => done.body,
+        Handled::Customer(_)
+        | Handled::Offline(_)
+        | Handled::Bot(_)
+        | Handled::Widget
+        | Handled::Session(_) => json!({ "result": "ok" }),
     }
 }

@@ -12,7 +12,7 @@ use plugin_api::bot::{BotEvent, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::core::Inbound;
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::http::limits;
 use crate::http::problem::{Problem, retry_after};
 use crate::http::respond::{Resp, error, json, parse_json, read_body};
@@ -313,6 +313,7 @@ fn core_refusal(e: CoreError, asked: &Asked) -> Refusal {
                 asked.chat.as_deref().unwrap_or_default()
             ),
         ),
+        CoreError::Missing(m) => invalid(BotRefusal::Malformed, m.to_owned()),
         CoreError::Conflict(m) => invalid(BotRefusal::ChatDone, m),
         CoreError::Invalid(m) => invalid(BotRefusal::Malformed, m),
         CoreError::Unavailable(_) => Refusal::unavailable(),

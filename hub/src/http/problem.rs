@@ -10,7 +10,7 @@ use http::header::RETRY_AFTER;
 use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
-use crate::core::conversations::CoreError;
+use crate::core::error::CoreError;
 use crate::http::respond::{BodyError, Resp, error, json, text};
 
 /// The answer format of an interface.
@@ -70,6 +70,7 @@ impl Problem {
     pub fn core(e: CoreError, not_found: &str, what: &str) -> Problem {
         match e {
             CoreError::NotFound => Problem::not_found(not_found),
+            CoreError::Missing(what) => Problem::not_found(what),
             CoreError::Conflict(m) => Problem::new(StatusCode::CONFLICT, "conflict", m),
             CoreError::Invalid(m) => Problem::invalid(m),
             CoreError::Unavailable(_) => Problem::unavailable(),

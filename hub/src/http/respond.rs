@@ -162,6 +162,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     Ok(value)
 }
 
+/// The decoded `key=value` pairs of a query string (`%XX` escapes, `+` for a
+/// space; malformed escapes stay as written).
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned()))
+}
+
 /// A JSON value read as `T`; a type error names where it is.
 pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(named)

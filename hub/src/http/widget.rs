@@ -19,12 +19,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::core::conversations::{CoreError, Ingested};
+use crate::core::error::CoreError;
+use crate::core::messages::Ingested;
 use crate::core::offline::OfflineOutcome;
 use crate::core::widget::WidgetAction;
 use crate::core::{Handled, Inbound};
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, bearer, full, json, parse_json, read_body, text, with_type};
+use crate::http::respond::{
+    Resp, bearer, full, json, parse_json, query_pairs, read_body, text, with_type,
+};
 use crate::http::{App, live_stream};
 use crate::store::widget::PageReport;
 use crate::store::{Author, Channel, Client, MessageRow};
@@ -298,33 +301,7 @@ async fn visitor(app: &App, req: &Request<Incoming>, channel: &Channel) -> Resul
 
 /// The query parameter `name`, decoded.
 fn query_param(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.uri().query()?.split('&').find_map(|p| {
-        let (k, v) = p.split_once('=')?;
-        (k == name).then(|| percent_decode(v))
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let escaped = (b == b'%')
-            .then(|| s.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match (b, escaped) {
-            (_, Some(byte)) => {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-            (b'+', _) => out.push(b' '),
-            (b, _) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    query_pairs(req.uri().query()?).find_map(|(k, v)| (k == name).then_some(v))
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(app: &App, req: Request<Incoming>) -> Result<T, Resp> {
@@ -391,10 +368,16 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
     };
     let started = app
         .conversations
-        .widget_session(channel, &app.visitor_keys, b.token.as_deref(), page)
+        .handle(Inbound::WidgetSession {
+            channel,
+            keys: &app.visitor_keys,
+            token: b.token.as_deref(),
+            page,
+        })
         .await;
     let s = match started {
-        Ok(s) => s,
+        Ok(Handled::Session(s)) => s,
+        Ok(_) => return core_fail(CoreError::Unavailable("not a session".into())),
         Err(e) => return core_fail(e),
     };
     let names = agent_names(app, &s.messages).await;
@@ -441,12 +424,11 @@ async fn session(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
 fn utm_of(url: &str) -> Option<Value> {
     let query = url.split_once('?')?.1.split('#').next().unwrap_or("");
     let mut utm = Map::new();
-    for pair in query.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for (k, v) in query_pairs(query) {
         if let Some(name) = k.strip_prefix("utm_")
             && ["source", "medium", "campaign", "content", "term"].contains(&name)
         {
-            utm.insert(name.to_owned(), Value::from(percent_decode(v)));
+            utm.insert(name.to_owned(), Value::from(v));
         }
     }
     (!utm.is_empty()).then_some(Value::Object(utm))
@@ -1148,7 +1130,10 @@ mod tests {
 
     #[test]
     fn percent_decoding_is_lenient() {
-        assert_eq!(percent_decode("a%2Eb+c"), "a.b c");
-        assert_eq!(percent_decode("bad%zz%"), "bad%zz%");
+        let utm = utm_of("https://x.example/?utm_source=a%2Eb+c&utm_term=bad%zz%");
+        assert_eq!(
+            utm,
+            Some(serde_json::json!({ "source": "a.b c", "term": "bad%zz%" }))
+        );
     }
 }

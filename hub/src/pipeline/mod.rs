@@ -113,6 +113,24 @@ pub async fn record_effects(
     Ok(())
 }
 
+/// Records a routed event that changed state and its plugins' effects, in
+/// the transaction of the change.
+pub async fn record_in(
+    conn: &mut crate::store::Conn,
+    routed: &Routed,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::store::events::insert_event(conn, &routed.event).await?;
+    record_effects(
+        conn,
+        &routed.event,
+        &routed.forwards,
+        &routed.kv_writes,
+        now,
+    )
+    .await
+}
+
 impl Pipeline {
     pub fn new(wiring: WiringHandle, store: Store) -> Pipeline {
         Pipeline {

@@ -212,28 +212,9 @@ impl Route {
     }
 }
 
-/// `*` matches any run of characters (dots included); everything else matches itself.
-pub fn glob_matches(glob: &str, text: &str) -> bool {
-    let mut parts = glob.split('*');
-    let Some(first) = parts.next() else {
-        return text.is_empty();
-    };
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        // No `*` at all: the whole text must have matched.
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
+/// `*` matches any run of characters (dots included); everything else
+/// matches itself. The SDK's function, so plugins match kinds as routes do.
+pub use plugin_api::sdk::glob_matches;
 
 /// The wiring in force, and the shadows' board (which outlives reloads);
 /// cloning shares both.

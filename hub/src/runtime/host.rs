@@ -19,8 +19,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::ErrorKind;
 use super::bindings::{self, Level, Response};
 use super::deadline::Deadline;
-use super::plugin::Plugin;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
+use super::scope::{MemoryBudget, PluginScope};
 use crate::outbound::Request;
 
 /// Longest key and value a plugin may store.
@@ -38,7 +38,7 @@ pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub limiter: MemoryCap,
-    plugin: Arc<Plugin>,
+    plugin: Arc<PluginScope>,
     event_id: String,
     /// When the call must end; the host's database waits move it.
     deadline: Arc<Deadline>,
@@ -89,7 +89,7 @@ impl Turn {
 
 impl HostState {
     pub fn new(
-        plugin: Arc<Plugin>,
+        plugin: Arc<PluginScope>,
         event_id: String,
         deadline: Arc<Deadline>,
         awake: super::engine::Awake,
@@ -354,43 +354,6 @@ impl bindings::hub::plugin::host::Host for HostState {
                 body: String::from_utf8_lossy(&body).into_owned(),
             })
             .map_err(|e| e.to_string()))
-    }
-}
-
-/// What the running calls' linear memories may hold together; shared by
-/// every call's [`MemoryCap`].
-#[derive(Clone)]
-pub struct MemoryBudget {
-    used: Arc<std::sync::atomic::AtomicUsize>,
-    limit: usize,
-}
-
-impl MemoryBudget {
-    pub fn new(limit: usize) -> MemoryBudget {
-        MemoryBudget {
-            used: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            limit,
-        }
-    }
-
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Takes `bytes` from the budget, or nothing if that would pass it.
-    fn take(&self, bytes: usize) -> bool {
-        use std::sync::atomic::Ordering;
-        let before = self.used.fetch_add(bytes, Ordering::AcqRel);
-        if before.saturating_add(bytes) > self.limit {
-            self.used.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-
-    fn give_back(&self, bytes: usize) {
-        self.used
-            .fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -10,6 +10,7 @@ mod engine;
 mod host;
 mod plugin;
 mod sanitize;
+mod scope;
 /// Untrusted text as one bounded log line (plugins' output, and what an
 /// edge logs of a request).
 pub use sanitize::one_line;
@@ -24,7 +25,8 @@ use tokio::sync::Semaphore;
 pub use bindings::Needs;
 pub use cache::{Origin, compile_in_child, compile_into};
 pub use counters::{Counters, DURATION_BUCKETS_MICROS, PluginCounters, Snapshot};
-pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent, Services};
+pub use plugin::{Action, Forward, KvWrites, Outcome, Plugin, PluginEvent};
+pub use scope::Services;
 
 /// Why a plugin call failed; each kind is counted per plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,7 +145,7 @@ struct Inner {
     /// failing when the pool is busy.
     slots: Arc<Semaphore>,
     /// Linear memory of every running call together.
-    memory: host::MemoryBudget,
+    memory: scope::MemoryBudget,
     counters: Counters,
     /// Where calls that outlive their first tick go on running.
     threads: threads::PluginThreads,
@@ -174,7 +176,7 @@ impl Runtime {
                 linker,
                 cache: cache::ComponentCache::new(cache_dir, slots),
                 slots: Arc::new(Semaphore::new(slots as usize)),
-                memory: host::MemoryBudget::new(memory_bytes),
+                memory: scope::MemoryBudget::new(memory_bytes),
                 counters: Counters::default(),
                 threads,
                 ticker,
@@ -186,7 +188,7 @@ impl Runtime {
         &self.inner.counters
     }
 
-    pub(crate) fn memory_budget(&self) -> &host::MemoryBudget {
+    pub(crate) fn memory_budget(&self) -> &scope::MemoryBudget {
         &self.inner.memory
     }
 }

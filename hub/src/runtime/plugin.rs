@@ -2,7 +2,6 @@
 //! a call: fresh store, deadline, memory cap, then the outcome checked
 //! against what the plugin may do.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,85 +16,26 @@ use super::bindings::{self, HandlerPre, Needs};
 use super::deadline::Deadline;
 use super::host::HostState;
 use super::sanitize::{MAX_MESSAGE_BYTES, one_line};
+use super::scope::{KvQuota, Limits, LogWindow, PluginScope, Services};
 use super::share::TimeShare;
 use super::threads::{Meter, Metered};
 use super::{ErrorKind, LoadError, Origin, PluginCounters, PluginError, Runtime, engine};
 use crate::config::PluginConfig;
 use crate::event::{Direction, Event};
-use crate::outbound::HttpSender;
-use crate::runtime::destinations::{Destination, Destinations};
-use crate::store::Store;
-use crate::store::kv::KvUsage;
-
-/// What host imports reach: the database (key-value), the destinations and
-/// the HTTP client.
-#[derive(Clone)]
-pub struct Services {
-    pub store: Store,
-    pub destinations: Arc<Destinations>,
-    pub sender: HttpSender,
-    /// A shadow plugin (a route's `shadow`): its sends are answered
-    /// `200 {}` here and never made.
-    pub shadow: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub timeout: Duration,
-    pub memory_bytes: usize,
-    pub max_output_bytes: usize,
-    pub max_host_calls: u32,
-    pub max_forwards: usize,
-    pub max_concurrency: usize,
-    /// Seconds of call time per second per channel.
-    pub time_share: f64,
-}
-
-/// What a plugin may keep in its key-value namespace, and write per call.
-#[derive(Debug, Clone, Copy)]
-pub struct KvQuota {
-    pub max_keys: u64,
-    pub max_bytes: u64,
-    pub writes_per_call: usize,
-    pub bytes_per_call: usize,
-}
-
-/// How long a measured key-value usage is trusted before it is read again.
-const KV_USAGE_TTL: Duration = Duration::from_secs(1);
-
-/// Bytes of log (its `log()` messages, stdout and stderr) one plugin may
-/// write per second, whatever the number of calls; the rest is dropped and
-/// counted, and said once a second.
-pub const MAX_LOG_BYTES_PER_SEC: usize = 64 * 1024;
-
-/// A plugin's log allowance for the current second, and what was dropped
-/// since the last warning about it.
-#[derive(Default)]
-struct LogWindow {
-    started: Option<Instant>,
-    used: usize,
-    dropped: usize,
-    warned: Option<Instant>,
-}
+use crate::runtime::destinations::Destination;
 
 pub struct Plugin {
-    name: String,
-    config_json: String,
+    /// What its calls' host imports reach (name, config, limits, grants,
+    /// key-value quota, log allowance).
+    scope: Arc<PluginScope>,
     /// Content hash of the `.wasm`: a reload keeps plugins whose hash is unchanged.
     digest: String,
-    limits: Limits,
-    kv: bool,
-    kv_quota: KvQuota,
-    kv_usage: tokio::sync::Mutex<Option<(Instant, KvUsage)>>,
     /// Calls of this plugin that may run past their first epoch tick at
     /// once (`max_concurrency`); ordinary calls, done within a tick, never
     /// wait for one.
     running: Arc<Semaphore>,
     /// Call time per channel (`time_share`).
     share: TimeShare,
-    log_window: std::sync::Mutex<LogWindow>,
-    grants: HashMap<String, Arc<Destination>>,
-    services: Services,
     runtime: Runtime,
     pre: HandlerPre<HostState>,
     counters: Arc<PluginCounters>,
@@ -229,10 +169,9 @@ impl Plugin {
             .iter()
             .filter_map(|d| services.destinations.get(d).map(|t| (d.clone(), t.clone())))
             .collect();
-        let plugin = Plugin {
+        let scope = PluginScope {
             name: config.name.clone(),
             config_json,
-            digest,
             limits: Limits {
                 timeout: Duration::from_millis(config.timeout_ms),
                 memory_bytes: (config.memory_mb as usize) << 20,
@@ -250,11 +189,16 @@ impl Plugin {
                 bytes_per_call: config.kv_max_bytes_per_call,
             },
             kv_usage: tokio::sync::Mutex::new(None),
-            running: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
-            share: TimeShare::new(config.time_share),
             log_window: std::sync::Mutex::new(LogWindow::default()),
             grants,
             services,
+            memory: runtime.memory_budget().clone(),
+        };
+        let plugin = Plugin {
+            scope: Arc::new(scope),
+            digest,
+            running: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
+            share: TimeShare::new(config.time_share),
             runtime: runtime.clone(),
             pre,
             counters: runtime.counters().of(&config.name),
@@ -263,118 +207,22 @@ impl Plugin {
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        self.scope.name()
     }
     pub fn digest(&self) -> &str {
         &self.digest
     }
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        self.scope.limits()
     }
     pub fn kv_enabled(&self) -> bool {
-        self.kv
-    }
-    /// Counts a successful call's writes into the measured usage until it is
-    /// read again, so calls in quick succession cannot each fill the quota
-    /// (an overwrite counts as a new key until then).
-    async fn note_kv_writes(&self, writes: &KvWrites) {
-        if writes.is_empty() {
-            return;
-        }
-        if let Some((_, usage)) = self.kv_usage.lock().await.as_mut() {
-            for (key, value) in writes {
-                if let Some(value) = value {
-                    usage.keys += 1;
-                    usage.bytes += (key.len() + value.len()) as u64;
-                }
-            }
-        }
-    }
-
-    /// Whether `bytes` more of this plugin's text may go to the log this
-    /// second ([`MAX_LOG_BYTES_PER_SEC`]).
-    pub(crate) fn log_allowed(&self, bytes: usize) -> bool {
-        let mut w = self.log_window.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if w.started
-            .is_none_or(|s| now.duration_since(s) >= Duration::from_secs(1))
-        {
-            w.started = Some(now);
-            w.used = 0;
-        }
-        if w.used + bytes > MAX_LOG_BYTES_PER_SEC {
-            return false;
-        }
-        w.used += bytes;
-        true
-    }
-
-    /// Says, at most once a second, how many log messages were dropped.
-    fn warn_dropped(&self, event: &str) {
-        let mut w = self.log_window.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if w.dropped == 0
-            || w.warned
-                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            return;
-        }
-        let dropped = std::mem::take(&mut w.dropped);
-        w.warned = Some(now);
-        drop(w);
-        tracing::warn!(plugin = %self.name, event, dropped, "plugin log output past its caps was dropped (16 KiB per call, 64 KiB/s per plugin)");
-    }
-
-    /// Logs a guest's stdout or stderr line by line within the log caps;
-    /// the bytes written and the lines dropped.
-    fn log_stdio(&self, stream: &'static str, bytes: &[u8]) -> (usize, usize) {
-        let (mut written, mut dropped) = (0, 0);
-        if bytes.is_empty() {
-            return (0, 0);
-        }
-        for line in String::from_utf8_lossy(bytes).lines() {
-            let line = one_line(line, MAX_MESSAGE_BYTES);
-            if !self.log_allowed(line.len()) {
-                dropped += 1;
-                continue;
-            }
-            written += line.len();
-            tracing::info!(plugin = %self.name, stream, "{line}");
-        }
-        (written, dropped)
-    }
-
-    pub(crate) fn memory_budget(&self) -> super::host::MemoryBudget {
-        self.runtime.memory_budget().clone()
-    }
-
-    pub fn kv_quota(&self) -> KvQuota {
-        self.kv_quota
-    }
-
-    /// What the plugin keeps, as read at most [`KV_USAGE_TTL`] ago.
-    pub async fn kv_usage(&self) -> Result<KvUsage, crate::store::StoreError> {
-        let mut cached = self.kv_usage.lock().await;
-        if let Some((at, usage)) = *cached
-            && at.elapsed() < KV_USAGE_TTL
-        {
-            return Ok(usage);
-        }
-        let usage = self.services.store.kv_usage(&self.name).await?;
-        *cached = Some((Instant::now(), usage));
-        Ok(usage)
-    }
-    pub fn config_json(&self) -> &str {
-        &self.config_json
+        self.scope.kv_enabled()
     }
     pub fn services(&self) -> &Services {
-        &self.services
+        self.scope.services()
     }
     pub fn counters(&self) -> &PluginCounters {
         &self.counters
-    }
-    pub fn granted(&self, destination: &str) -> Option<Arc<Destination>> {
-        self.grants.get(destination).cloned()
     }
 
     /// Runs the plugin on one event. Whatever the guest does, the result is
@@ -402,7 +250,7 @@ impl Plugin {
             Err(e) => {
                 self.counters
                     .failure(e.kind, &input.event.id.to_string(), &e.message);
-                tracing::warn!(plugin = %self.name, event = %input.event.id, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
+                tracing::warn!(plugin = %self.scope.name(), event = %input.event.id, kind = e.kind.as_str(), error = %e.message, "plugin call failed");
             }
         }
         result
@@ -420,15 +268,15 @@ impl Plugin {
         let admission = self.share.admit(channel);
         let wait = admission.wait;
         if !wait.is_zero() {
-            tokio::time::sleep(wait.min(self.limits.timeout)).await;
-            if wait > self.limits.timeout {
+            tokio::time::sleep(wait.min(self.scope.limits.timeout)).await;
+            if wait > self.scope.limits.timeout {
                 return Err(self.error(
                     ErrorKind::Busy,
                     format!(
                         "this channel's events used up the plugin's time share ({} s of calls \
                          per second) for longer than its {} ms",
                         self.share.per_sec(),
-                        self.limits.timeout.as_millis()
+                        self.scope.limits.timeout.as_millis()
                     ),
                 ));
             }
@@ -442,7 +290,7 @@ impl Plugin {
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
         // The deadline starts once the call has a slot: waiting is not running.
-        let deadline = Arc::new(Deadline::new(self.limits.timeout));
+        let deadline = Arc::new(Deadline::new(self.scope.limits.timeout));
         // Charged however the call ends.
         let meter = Arc::new(Meter::default());
         let mut charge = Charge {
@@ -512,15 +360,12 @@ impl Plugin {
         let (mut store, result, instantiated) = done;
         let called = started.elapsed();
         let state = store.data_mut();
-        let (out_bytes, out_dropped) = self.log_stdio("stdout", &state.stdout.contents());
-        let (err_bytes, err_dropped) = self.log_stdio("stderr", &state.stderr.contents());
+        let (out_bytes, out_dropped) = self.scope.log_stdio("stdout", &state.stdout.contents());
+        let (err_bytes, err_dropped) = self.scope.log_stdio("stderr", &state.stderr.contents());
         let dropped = state.logs_dropped + out_dropped + err_dropped;
         if dropped > 0 {
-            self.log_window
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .dropped += dropped;
-            self.warn_dropped(&input.event.id.to_string());
+            self.scope
+                .warn_dropped(dropped, &input.event.id.to_string());
         }
         self.counters
             .log_bytes(state.log_bytes + out_bytes + err_bytes, dropped);
@@ -533,7 +378,7 @@ impl Plugin {
                         "ran past a tick and waited for a turn: {} long calls of this plugin \
                          were running for all of its {} ms (max_concurrency)",
                         self.running_limit(),
-                        self.limits.timeout.as_millis()
+                        self.scope.limits.timeout.as_millis()
                     ),
                 ));
             }
@@ -542,7 +387,7 @@ impl Plugin {
                     ErrorKind::Timeout,
                     format!(
                         "no answer within {} ms{}",
-                        self.limits.timeout.as_millis(),
+                        self.scope.limits.timeout.as_millis(),
                         database_wait(&deadline)
                     ),
                 ));
@@ -554,7 +399,7 @@ impl Plugin {
                     ErrorKind::Timeout,
                     format!(
                         "still starting after {} ms",
-                        self.limits.timeout.as_millis()
+                        self.scope.limits.timeout.as_millis()
                     ),
                 ));
             }
@@ -570,7 +415,7 @@ impl Plugin {
         };
         check(&mut outcome.action).map_err(|e| self.error(ErrorKind::InvalidOutput, e))?;
         outcome.kv_writes = std::mem::take(&mut state.kv_writes);
-        self.note_kv_writes(&outcome.kv_writes).await;
+        self.scope.note_kv_writes(&outcome.kv_writes).await;
         let guest = called.saturating_sub(instantiated);
         let teardown = Instant::now();
         drop(store);
@@ -589,7 +434,7 @@ impl Plugin {
         meter: Arc<Meter>,
     ) -> wasmtime::Store<HostState> {
         let awake = self.runtime.inner.ticker.awake();
-        let state = HostState::new(self.clone(), label, deadline.clone(), awake);
+        let state = HostState::new(self.scope.clone(), label, deadline.clone(), awake);
         let mut store = wasmtime::Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         // What the guest hands the hub in one go (its answer, a host call's
@@ -654,7 +499,7 @@ impl Plugin {
             .acquire()
             .await
             .map_err(|_| self.error(ErrorKind::Instantiate, "the plugin runtime is closed"))?;
-        let deadline = Arc::new(Deadline::new(self.limits.timeout));
+        let deadline = Arc::new(Deadline::new(self.scope.limits.timeout));
         let meter = Arc::new(Meter::default());
         let mut store = self.sandbox(
             "validate-config".to_owned(),
@@ -678,7 +523,7 @@ impl Plugin {
                     "validate-config",
                 ) {
                     let (verdict,) = validate
-                        .call_async(&mut store, (self.config_json.clone(),))
+                        .call_async(&mut store, (self.scope.config_json().to_owned(),))
                         .await
                         .map_err(Failure::Call)?;
                     if let Err(message) = verdict {
@@ -700,7 +545,7 @@ impl Plugin {
                         )))
                     })?;
                 let (needs,) = needs_for
-                    .call_async(&mut store, (self.config_json.clone(),))
+                    .call_async(&mut store, (self.scope.config_json().to_owned(),))
                     .await
                     .map_err(Failure::Call)?;
                 Ok(needs.map_err(|e| format!("needs-for: {e}")))
@@ -718,7 +563,7 @@ impl Plugin {
                 ErrorKind::Timeout,
                 format!(
                     "{export}: no answer within {} ms",
-                    self.limits.timeout.as_millis()
+                    self.scope.limits.timeout.as_millis()
                 ),
             )),
             Some(Err(Failure::Instantiate(e))) => {
@@ -781,7 +626,7 @@ impl Plugin {
                      max_output_bytes = {}, or a host call's arguments), refused before \
                      it was copied",
                     self.hostcall_fuel(),
-                    self.limits.max_output_bytes
+                    self.scope.limits.max_output_bytes
                 ),
             );
         }
@@ -799,18 +644,21 @@ impl Plugin {
                 ErrorKind::Memory,
                 format!(
                     "more than {} MiB of memory requested",
-                    self.limits.memory_bytes >> 20
+                    self.scope.limits.memory_bytes >> 20
                 ),
             );
         }
         if is_interrupt(e) {
             return self.error(
                 ErrorKind::Timeout,
-                format!("still running after {} ms", self.limits.timeout.as_millis()),
+                format!(
+                    "still running after {} ms",
+                    self.scope.limits.timeout.as_millis()
+                ),
             );
         }
         // One line: what trapped and where; the whole backtrace at debug level.
-        tracing::debug!(plugin = %self.name, backtrace = %format!("{e:?}"), "plugin trap");
+        tracing::debug!(plugin = %self.scope.name(), backtrace = %format!("{e:?}"), "plugin trap");
         self.error(ErrorKind::Trap, trap_summary(e))
     }
 
@@ -821,7 +669,8 @@ impl Plugin {
     /// `check`, after the copy, as before).
     fn hostcall_fuel(&self) -> usize {
         const SLACK: usize = 64 * 1024;
-        self.limits
+        self.scope
+            .limits
             .max_output_bytes
             .max(super::host::MAX_VALUE_BYTES + super::host::MAX_KEY_BYTES)
             .saturating_add(SLACK)
@@ -839,12 +688,12 @@ impl Plugin {
             .iter()
             .map(|f| f.payload.len() + f.destination.len())
             .sum::<usize>();
-        if size > self.limits.max_output_bytes {
+        if size > self.scope.limits.max_output_bytes {
             return Err(self.error(
                 ErrorKind::OutputTooLarge,
                 format!(
                     "{size} bytes of output, more than max_output_bytes = {}",
-                    self.limits.max_output_bytes
+                    self.scope.limits.max_output_bytes
                 ),
             ));
         }
@@ -859,19 +708,19 @@ impl Plugin {
             bindings::Action::Drop(reason) => Action::Drop(reason),
             bindings::Action::Reply(p) => Action::Reply(json("the reply", &p)?),
         };
-        if outcome.forwards.len() > self.limits.max_forwards {
+        if outcome.forwards.len() > self.scope.limits.max_forwards {
             return Err(self.error(
                 ErrorKind::Quota,
                 format!(
                     "{} forwards in one call, more than max_forwards = {}",
                     outcome.forwards.len(),
-                    self.limits.max_forwards
+                    self.scope.limits.max_forwards
                 ),
             ));
         }
         let mut forwards = Vec::with_capacity(outcome.forwards.len());
         for f in outcome.forwards {
-            let destination = self.granted(&f.destination).ok_or_else(|| {
+            let destination = self.scope.granted(&f.destination).ok_or_else(|| {
                 self.error(
                     ErrorKind::Destination,
                     format!(
@@ -896,14 +745,14 @@ impl Plugin {
     /// one bounded log line here, once.
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> PluginError {
         PluginError {
-            plugin: self.name.clone(),
+            plugin: self.scope.name().to_owned(),
             kind,
             message: one_line(&message.into(), MAX_MESSAGE_BYTES),
         }
     }
 
     fn running_limit(&self) -> usize {
-        self.limits.max_concurrency
+        self.scope.limits.max_concurrency
     }
 }
 

@@ -119,11 +119,6 @@ impl BotState {
     pub fn is_done(self) -> bool {
         matches!(self, BotState::Joined | BotState::Closed)
     }
-
-    /// Whether the chat waits for an agent after a hand-off.
-    pub fn is_waiting(self) -> bool {
-        matches!(self, BotState::Invited | BotState::Unavailable)
-    }
 }
 
 /// A chat's bot and where it stands.

@@ -24,13 +24,6 @@ pub async fn insert_event(conn: &mut AnyConnection, event: &Event) -> Result<(),
 }
 
 impl Store {
-    /// Records one event on its own (for events that change no other state).
-    pub async fn record_event(&self, event: &Event) -> Result<(), StoreError> {
-        let mut w = self.begin_write().await?;
-        insert_event(&mut w.tx, event).await?;
-        w.commit().await
-    }
-
     /// One logged event.
     pub async fn event_by_id(&self, id: &str) -> Result<Option<Event>, StoreError> {
         let row = sqlx::query(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1"))

@@ -1,46 +1,34 @@
 //! The CRM part of the agent API (`/agent/v1/crm/...`): pipelines, client
-//! categories, tags, deals, tasks, organizations and clients. Each change is
-//! one write transaction that also queues its CRM webhook (and, for the
-//! client changes the event webhooks name, `client_updated`); the deliverer is
-//! woken once it commits. Clients are reachable only on the agent's channels;
-//! the other CRM entities are shared by all agents.
-
-mod clients;
-mod deals;
-mod organizations;
-mod pipelines;
-mod statuses;
-mod tags;
-mod tasks;
+//! categories, tags, deals, tasks, organizations and clients. Reads are
+//! answered from the store here; a change is parsed into a [`CrmChange`]
+//! and handed to the door, which runs it through the plugins and the CRM's
+//! rules (`core/crm/`). Clients are reachable only on the agent's channels.
 
 use http::{Method, Request, StatusCode};
 use hyper::body::{Bytes, Incoming};
-use plugin_api::crm::CrmEvent;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use crate::clock::now_ms;
+use crate::core::crm::clients::answer as client_answer;
+use crate::core::crm::{ClientPart, CrmChange, Entity, Verb};
+use crate::core::error::CoreError;
+use crate::core::{Handled, Inbound};
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
-use crate::store::{Agent, Conn, StoreError, WriteTx};
-
-/// Longest title, name or text line the CRM keeps, in characters.
-const MAX_TITLE: usize = 255;
-/// Longest free text (deal and task texts, descriptions), in characters.
-const MAX_TEXT: usize = 10_000;
+use crate::http::respond::{Resp, error, json, method_not_allowed, query_pairs, read_body};
+use crate::store::{Agent, Conn, StoreError};
 
 /// Routes `/agent/v1/crm/...`; `rest` is the path after `crm`.
 pub async fn handle(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Resp {
     let result = match rest {
-        ["pipelines", tail @ ..] => pipelines::route(app, req, agent, tail).await,
-        ["statuses", tail @ ..] => statuses::route(app, req, agent, tail).await,
-        ["tags", tail @ ..] => tags::route(app, req, agent, tail).await,
-        ["deals", tail @ ..] => deals::route(app, req, agent, tail).await,
-        ["tasks", tail @ ..] => tasks::route(app, req, agent, tail).await,
-        ["organizations", tail @ ..] => organizations::route(app, req, agent, tail).await,
-        ["clients", tail @ ..] => clients::route(app, req, agent, tail).await,
+        ["pipelines", tail @ ..] => pipelines(app, req, agent, tail).await,
+        ["statuses", tail @ ..] => statuses(app, req, agent, tail).await,
+        ["tags", tail @ ..] => tags(app, req, agent, tail).await,
+        ["deals", tail @ ..] => deals(app, req, agent, tail).await,
+        ["tasks", tail @ ..] => tasks(app, req, agent, tail).await,
+        ["organizations", tail @ ..] => organizations(app, req, agent, tail).await,
+        ["clients", tail @ ..] => clients(app, req, agent, tail).await,
         _ => Err(CrmError::NoEndpoint),
     };
     result.unwrap_or_else(CrmError::into_response)
@@ -54,10 +42,17 @@ pub(crate) enum CrmError {
     NoEndpoint,
     MethodNotAllowed,
     Invalid(String),
-    Conflict(String),
     /// The body could not be read (400 or 413).
     Body(StatusCode, String),
     Store(StoreError),
+    /// The change was refused by a plugin or the CRM's rules.
+    Core(CoreError),
+}
+
+impl From<CoreError> for CrmError {
+    fn from(e: CoreError) -> Self {
+        CrmError::Core(e)
+    }
 }
 
 impl From<StoreError> for CrmError {
@@ -73,12 +68,12 @@ impl CrmError {
             CrmError::NoEndpoint => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
             CrmError::MethodNotAllowed => method_not_allowed(),
             CrmError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_request", m),
-            CrmError::Conflict(m) => error(StatusCode::CONFLICT, "conflict", m),
             CrmError::Body(status, m) => error(status, "invalid_request", m),
             CrmError::Store(e) => {
                 tracing::error!(error = %e, "CRM request failed");
                 Problem::unavailable().answer(Dialect::Api)
             }
+            CrmError::Core(e) => Problem::core(e, "not found", "CRM change").answer(Dialect::Api),
         }
     }
 }
@@ -91,10 +86,6 @@ pub(crate) fn invalid(message: impl Into<String>) -> CrmError {
 
 pub(crate) fn ok(value: &impl serde::Serialize) -> Answer {
     Ok(json(StatusCode::OK, value))
-}
-
-pub(crate) fn created(value: &impl serde::Serialize) -> Answer {
-    Ok(json(StatusCode::CREATED, value))
 }
 
 /// An id in the path; anything else names nothing.
@@ -114,6 +105,19 @@ pub(crate) enum Crud {
     Show(i64),
     Update(i64),
     Delete(i64),
+}
+
+impl Crud {
+    /// The change a create, update or delete asks for; reads are routed
+    /// before they get here.
+    fn verb(self) -> Result<Verb, CrmError> {
+        match self {
+            Crud::Create => Ok(Verb::Create),
+            Crud::Update(id) => Ok(Verb::Update(id)),
+            Crud::Delete(id) => Ok(Verb::Delete(id)),
+            Crud::List | Crud::Show(_) => Err(CrmError::NoEndpoint),
+        }
+    }
 }
 
 /// Routes the collection paths every entity shares: `GET`/`POST` on `/`,
@@ -163,23 +167,6 @@ pub(crate) async fn show<T: serde::Serialize>(
     ok(&found(get(&mut conn, id).await?, missing)?)
 }
 
-/// Deletes an entity that needs nothing but its one webhook, which carries
-/// the entity as it was; answers with that same entity.
-pub(crate) async fn remove<T: serde::Serialize + Clone>(
-    app: &App,
-    id: i64,
-    missing: &'static str,
-    get: impl AsyncFnOnce(&mut Conn, i64) -> Result<Option<T>, StoreError>,
-    delete: impl AsyncFnOnce(&mut Conn, i64) -> Result<(), StoreError>,
-    event: fn(T) -> CrmEvent,
-) -> Answer {
-    let mut change = Change::begin(app).await?;
-    let gone = change.find(get, id, missing).await?;
-    delete(change.conn(), id).await?;
-    change.commit_with(event(gone.clone())).await?;
-    ok(&gone)
-}
-
 /// PUT and PATCH both change the fields they carry.
 pub(crate) fn is_update(method: &Method) -> bool {
     *method == Method::PUT || *method == Method::PATCH
@@ -216,32 +203,12 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CrmError> {
     crate::http::respond::parse_json(bytes).map_err(|e| invalid(format!("invalid JSON body: {e}")))
 }
 
-/// For `Option<Option<T>>` fields: absent is `None`, `null` is `Some(None)`.
-pub(crate) fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
 /// The decoded `key=value` pairs of a request's query string.
 pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
     pub(crate) fn of<B>(req: &Request<B>) -> Query {
-        let pairs = req
-            .uri()
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (percent_decode(k), percent_decode(v))
-            })
-            .collect();
-        Query(pairs)
+        Query(query_pairs(req.uri().query().unwrap_or_default()).collect())
     }
 
     /// The last non-empty value of `key`.
@@ -267,153 +234,228 @@ impl Query {
     }
 }
 
-/// `%XX` escapes and `+` as space; malformed escapes stay as written.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
+/// Pipelines with their stages and reject reasons.
+async fn pipelines(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::pipelines as store;
+    let entity = Entity::Pipeline;
+    match crud(req.method(), rest, entity.missing())? {
+        Crud::List => list_all(app, "pipelines", store::list).await,
+        Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+        other => change(app, req, agent, entity, other.verb()?).await,
+    }
+}
+
+/// Client categories, their order and the "require update" setting.
+async fn statuses(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::{STATUS_REQUIRE_UPDATE, setting_flag, statuses as store};
+    let entity = Entity::Status;
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::POST, ["reorder"]) => change(app, req, agent, entity, Verb::Reorder).await,
+        (&Method::GET, ["settings"]) => {
+            let mut conn = app.store.crm_reader().await?;
+            let on = setting_flag(&mut conn, STATUS_REQUIRE_UPDATE).await?;
+            ok(&json!({ "require_update": on }))
         }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A required title or name: trimmed, not empty, at most `MAX_TITLE` characters.
-pub(crate) fn title(field: &str, value: &str) -> Result<String, CrmError> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Err(invalid(format!("{field}: must not be empty")));
-    }
-    if v.chars().count() > MAX_TITLE {
-        return Err(invalid(format!("{field}: at most {MAX_TITLE} characters")));
-    }
-    Ok(v.to_owned())
-}
-
-/// Free text of at most `MAX_TEXT` characters (may be empty).
-pub(crate) fn long_text(field: &str, value: &str) -> Result<String, CrmError> {
-    if value.chars().count() > MAX_TEXT {
-        return Err(invalid(format!("{field}: at most {MAX_TEXT} characters")));
-    }
-    Ok(value.to_owned())
-}
-
-/// Optional free text; empty reads as absent.
-pub(crate) fn optional_text(field: &str, value: Option<&str>) -> Result<Option<String>, CrmError> {
-    match value.map(str::trim).filter(|v| !v.is_empty()) {
-        Some(v) => long_text(field, v).map(Some),
-        None => Ok(None),
+        (m, ["settings"]) if is_update(m) => change(app, req, agent, entity, Verb::Settings).await,
+        (_, ["reorder" | "settings"]) => Err(CrmError::MethodNotAllowed),
+        _ => match crud(&method, rest, entity.missing())? {
+            Crud::List => list_all(app, "statuses", store::list).await,
+            Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+            other => change(app, req, agent, entity, other.verb()?).await,
+        },
     }
 }
 
-/// A HEX colour: `#RGB` or `#RRGGBB`.
-pub(crate) fn color(field: &str, value: &str) -> Result<String, CrmError> {
-    let v = value.trim();
-    let ok = v.strip_prefix('#').is_some_and(|h| {
-        (h.len() == 3 || h.len() == 6) && h.chars().all(|c| c.is_ascii_hexdigit())
-    });
-    if !ok {
-        return Err(invalid(format!(
-            "{field}: expected a HEX colour like #4caf50, got {value:?}"
-        )));
-    }
-    Ok(v.to_owned())
-}
-
-/// An optional http(s) URL; empty reads as absent.
-pub(crate) fn optional_url(field: &str, value: Option<&str>) -> Result<Option<String>, CrmError> {
-    match value.map(str::trim).filter(|v| !v.is_empty()) {
-        Some(v) if crate::config::is_http_url(v) && v.len() <= 2048 => Ok(Some(v.to_owned())),
-        Some(v) => Err(invalid(format!(
-            "{field}: expected an http(s) URL, got {v:?}"
-        ))),
-        None => Ok(None),
+/// Client tags, merging them and the "administrators only" setting.
+async fn tags(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::{TAGS_ADMINISTRATORS_ONLY, setting_flag, tags as store};
+    let entity = Entity::Tag;
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::POST, ["merge"]) => change(app, req, agent, entity, Verb::Merge).await,
+        (&Method::GET, ["settings"]) => {
+            let mut conn = app.store.crm_reader().await?;
+            let on = setting_flag(&mut conn, TAGS_ADMINISTRATORS_ONLY).await?;
+            ok(&json!({ "administrators_only": on }))
+        }
+        (m, ["settings"]) if is_update(m) => change(app, req, agent, entity, Verb::Settings).await,
+        (_, ["merge" | "settings"]) => Err(CrmError::MethodNotAllowed),
+        _ => match crud(&method, rest, entity.missing())? {
+            Crud::List => list_all(app, "tags", store::list).await,
+            Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+            other => change(app, req, agent, entity, other.verb()?).await,
+        },
     }
 }
 
-/// One change: its write transaction, the webhooks queued in it, then a kick
-/// of the deliverer once it is committed. Dropped without `commit`, nothing
-/// of it happened.
-pub(crate) struct Change<'a> {
-    app: &'a App,
-    w: WriteTx<'a>,
-    now_ms: i64,
+/// A client's deals, filtered by client, pipeline, stage or agent.
+async fn deals(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::deals::{self as store, DealFilter};
+    let entity = Entity::Deal;
+    match crud(req.method(), rest, entity.missing())? {
+        Crud::List => {
+            let q = Query::of(&req);
+            let filter = DealFilter {
+                client_id: q.id("client_id")?,
+                pipeline_id: q.id("pipeline_id")?,
+                stage_id: q.id("pipeline_status_id")?,
+                assigned_agent_id: q.id("assigned_agent_id")?,
+            };
+            list_all(app, "deals", async |conn| store::list(conn, &filter).await).await
+        }
+        Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+        other => change(app, req, agent, entity, other.verb()?).await,
+    }
 }
 
-impl<'a> Change<'a> {
-    pub(crate) async fn begin(app: &'a App) -> Result<Change<'a>, CrmError> {
-        let w = app.store.begin_write().await?;
-        Ok(Change {
-            app,
-            w,
-            now_ms: now_ms(),
-        })
+/// Reminders for agents, filtered by client, deal, agent or status.
+async fn tasks(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::tasks::{self as store, TaskFilter};
+    let entity = Entity::Task;
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::POST, [id, "complete"]) => {
+            let id = path_id(id, entity.missing())?;
+            change(app, req, agent, entity, Verb::Complete(id)).await
+        }
+        (_, [_, "complete"]) => Err(CrmError::MethodNotAllowed),
+        _ => match crud(&method, rest, entity.missing())? {
+            Crud::List => {
+                let q = Query::of(&req);
+                let filter = TaskFilter {
+                    client_id: q.id("client_id")?,
+                    deal_id: q.id("deal_id")?,
+                    agent_id: q.id("agent_id")?,
+                    status: q.get("status").map(str::to_owned),
+                };
+                list_all(app, "tasks", async |conn| store::list(conn, &filter).await).await
+            }
+            Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+            other => change(app, req, agent, entity, other.verb()?).await,
+        },
     }
+}
 
-    pub(crate) fn conn(&mut self) -> &mut Conn {
-        &mut self.w.tx
+/// The companies clients belong to.
+async fn organizations(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::organizations as store;
+    let entity = Entity::Organization;
+    match crud(req.method(), rest, entity.missing())? {
+        Crud::List => list_all(app, "organizations", store::list).await,
+        Crud::Show(id) => show(app, id, entity.missing(), store::get).await,
+        other => change(app, req, agent, entity, other.verb()?).await,
     }
+}
 
-    pub(crate) fn now_ms(&self) -> i64 {
-        self.now_ms
+/// The clients of the agent's channels, and the parts of one set alone.
+async fn clients(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Answer {
+    use crate::store::crm::clients as store;
+    let entity = Entity::Client;
+    let method = req.method().clone();
+    match (&method, rest) {
+        (&Method::GET, []) => list_clients(app, &req, agent).await,
+        (&Method::GET, [id]) => {
+            let id = path_id(id, entity.missing())?;
+            let mut conn = app.store.crm_reader().await?;
+            if store::visible_channel(&mut conn, id, &agent.email)
+                .await?
+                .is_none()
+            {
+                return Err(CrmError::NotFound(entity.missing()));
+            }
+            ok(&client_answer(&mut conn, id, now_ms() / 1000).await?)
+        }
+        (m, [id, part]) if is_update(m) => {
+            let id = path_id(id, entity.missing())?;
+            let part = ClientPart::parse(part).ok_or(CrmError::NoEndpoint)?;
+            change(app, req, agent, entity, Verb::Set(id, part)).await
+        }
+        (_, [_, part]) if ClientPart::parse(part).is_some() => Err(CrmError::MethodNotAllowed),
+        _ => {
+            let verb = crud(&method, rest, entity.missing())?.verb()?;
+            change(app, req, agent, entity, verb).await
+        }
     }
+}
 
-    /// The CRM's clock: Unix seconds.
-    pub(crate) fn now_s(&self) -> i64 {
-        self.now_ms / 1000
+const DEFAULT_LIMIT: i64 = 100;
+const MAX_LIMIT: i64 = 500;
+
+async fn list_clients(app: &App, req: &Request<Incoming>, agent: &Agent) -> Answer {
+    use crate::store::crm::clients::{self as store, ClientFilter};
+    let q = Query::of(req);
+    let limit = q.id("limit")?.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
+    let mut conn = app.store.crm_reader().await?;
+    let channel_id = match q.get("channel") {
+        Some(c) => Some(
+            store::agent_channel(&mut conn, c, &agent.email)
+                .await?
+                .ok_or_else(|| invalid(format!("channel: no channel {c:?} of yours")))?,
+        ),
+        None => None,
+    };
+    let filter = ClientFilter {
+        channel_id,
+        status_id: q.id("status_id")?,
+        organization_id: q.id("organization_id")?,
+        assigned_agent_id: q.id("assigned_agent_id")?,
+        tag_id: q.id("tag_id")?,
+        search: q.get("q").map(str::to_owned),
+        after_id: q.id("after")?,
+        limit,
+    };
+    let ids = store::list(&mut conn, &agent.email, &filter).await?;
+    let now_s = now_ms() / 1000;
+    let mut clients = Vec::with_capacity(ids.len());
+    for id in &ids {
+        clients.push(client_answer(&mut conn, *id, now_s).await?);
     }
+    let next_after = if i64::try_from(ids.len()).is_ok_and(|n| n == limit) {
+        ids.last().copied()
+    } else {
+        None
+    };
+    ok(&json!({ "clients": clients, "next_after": next_after }))
+}
 
-    /// Queues a CRM webhook in this transaction.
-    pub(crate) async fn crm(&mut self, event: CrmEvent) -> Result<(), CrmError> {
-        crate::core::webhooks::queue_crm(&mut self.w.tx, &self.app.config.crm, event, self.now_ms)
-            .await?;
-        Ok(())
-    }
-
-    /// Queues the event webhook `client_updated` in this transaction.
-    pub(crate) async fn client_updated(&mut self, client_id: i64) -> Result<(), CrmError> {
-        crate::core::webhooks::queue_client_updated(&mut self.w.tx, client_id, self.now_ms).await?;
-        Ok(())
-    }
-
-    /// Reads the entity `id` inside this change, or fails with its 404.
-    pub(crate) async fn find<T>(
-        &mut self,
-        get: impl AsyncFnOnce(&mut Conn, i64) -> Result<Option<T>, StoreError>,
-        id: i64,
-        missing: &'static str,
-    ) -> Result<T, CrmError> {
-        found(get(self.conn(), id).await?, missing)
-    }
-
-    /// Queues the change's one CRM webhook and commits: the usual end of a
-    /// create, update or delete.
-    pub(crate) async fn commit_with(mut self, event: CrmEvent) -> Result<(), CrmError> {
-        self.crm(event).await?;
-        self.commit().await
-    }
-
-    pub(crate) async fn commit(self) -> Result<(), CrmError> {
-        self.w.commit().await?;
-        self.app.kick.kick();
-        Ok(())
+/// Hands a change to the door with its fields: the JSON body, `{}` for a
+/// delete or a completion (which carry none). Deleting a client category
+/// takes `new_status_id` from the body or, first, from the query.
+async fn change(
+    app: &App,
+    req: Request<Incoming>,
+    agent: &Agent,
+    entity: Entity,
+    verb: Verb,
+) -> Answer {
+    let fields = match verb {
+        Verb::Delete(_) if entity == Entity::Status => {
+            let from_query = Query::of(&req).id("new_status_id")?;
+            let mut fields: Map<String, Value> = body_or_default(app, req).await?;
+            if let Some(id) = from_query {
+                fields.insert("new_status_id".to_owned(), Value::from(id));
+            }
+            Value::Object(fields)
+        }
+        Verb::Delete(_) | Verb::Complete(_) => json!({}),
+        _ => body(app, req).await?,
+    };
+    let change = CrmChange {
+        entity,
+        verb,
+        fields,
+    };
+    match app
+        .conversations
+        .handle(Inbound::Crm { agent, change })
+        .await?
+    {
+        Handled::Crm(done) if done.created => Ok(json(StatusCode::CREATED, &done.body)),
+        Handled::Crm(done) => Ok(json(StatusCode::OK, &done.body)),
+        other => Err(CrmError::Core(CoreError::Unavailable(format!(
+            "a CRM change came to {other:?}"
+        )))),
     }
 }
 
@@ -423,19 +465,15 @@ mod tests {
 
     #[test]
     fn queries_decode() {
-        assert_eq!(percent_decode("a%20b+c"), "a b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        assert_eq!(percent_decode("%C3%A9"), "é");
-    }
-
-    #[test]
-    fn colours_and_titles() {
-        assert!(color("color", "#4caf50").is_ok());
-        assert!(color("color", "#FFF").is_ok());
-        assert!(color("color", "red").is_err());
-        assert!(color("color", "#12345").is_err());
-        assert!(title("title", "  ").is_err());
-        assert_eq!(title("title", " Sales ").ok().as_deref(), Some("Sales"));
+        let req = Request::get("/x?a=%C3%A9&b=a%20b+c&c=100%&d=%zz&e=1&e=&f")
+            .body(())
+            .expect("request");
+        let q = Query::of(&req);
+        assert_eq!(q.get("a"), Some("é"));
+        assert_eq!(q.get("b"), Some("a b c"));
+        assert_eq!(q.get("c"), Some("100%"));
+        assert_eq!(q.get("d"), Some("%zz"));
+        assert_eq!(q.get("e"), Some("1"), "an empty value is absent");
+        assert_eq!(q.get("f"), None);
     }
 }

@@ -4,32 +4,22 @@
 //! clients, which is told per client (`changed_client_company` and
 //! `client_updated`).
 
-use http::Request;
-use hyper::body::Incoming;
 use plugin_api::crm::{
     ClientEvent, CrmEvent, Organization, OrganizationCreated, OrganizationEvent,
 };
 use serde::Deserialize;
 
-use super::{Answer, Change, CrmError, Crud, body, created, crud, list_all, ok, show, title};
-use crate::http::App;
-use crate::store::Agent;
+use super::{Answer, Change, CoreError, Crm, Entity, Verb, created, no_such_change, ok, title};
 use crate::store::crm::{clients, organizations as store};
 
-const MISSING: &str = "no such organization";
+const MISSING: &str = Entity::Organization.missing();
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    _agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    match crud(req.method(), rest, MISSING)? {
-        Crud::List => list_all(app, "organizations", store::list).await,
-        Crud::Create => create(app, body(app, req).await?).await,
-        Crud::Show(id) => show(app, id, MISSING, store::get).await,
-        Crud::Update(id) => update(app, id, body(app, req).await?).await,
-        Crud::Delete(id) => delete(app, id).await,
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.fields()?).await,
+        Verb::Update(id) => update(cx, id, cx.fields()?).await,
+        Verb::Delete(id) => delete(cx, id).await,
+        _ => Err(no_such_change()),
     }
 }
 
@@ -39,13 +29,13 @@ struct NameBody {
     name: String,
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Organization, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Organization, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
-async fn create(app: &App, body: NameBody) -> Answer {
+async fn create(cx: &Crm<'_>, body: NameBody) -> Answer {
     let name = title("name", &body.name)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let now = change.now_ms();
     let organization = store::insert(change.conn(), &name, now).await?;
     change
@@ -59,9 +49,9 @@ async fn create(app: &App, body: NameBody) -> Answer {
 }
 
 /// Renames an organization; no webhook (the spec has no such event).
-async fn update(app: &App, id: i64, body: NameBody) -> Answer {
+async fn update(cx: &Crm<'_>, id: i64, body: NameBody) -> Answer {
     let name = title("name", &body.name)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     read(&mut change, id).await?;
     store::update(change.conn(), id, &name).await?;
     let organization = read(&mut change, id).await?;
@@ -71,8 +61,8 @@ async fn update(app: &App, id: i64, body: NameBody) -> Answer {
 
 /// Deletes an organization; its former clients belong to none, and each is
 /// told as a company change.
-async fn delete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn delete(cx: &Crm<'_>, id: i64) -> Answer {
+    let mut change = Change::begin(cx).await?;
     let organization = read(&mut change, id).await?;
     let members = store::delete(change.conn(), id).await?;
     let now = change.now_s();

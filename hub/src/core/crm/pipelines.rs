@@ -1,35 +1,26 @@
 //! `/crm/pipelines`: deal pipelines, their stages and reject reasons
 //! (`crm_pipeline` webhooks).
 
-use http::Request;
-use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, FinalStatus, Pipeline, PipelineEvent, StageType};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 
 use super::{
-    Answer, Change, CrmError, Crud, body, color, created, crud, invalid, list_all, ok, show, title,
+    Answer, Change, CoreError, Crm, Entity, Verb, color, created, invalid, no_such_change, ok,
+    title,
 };
-use crate::http::App;
-use crate::store::Agent;
 use crate::store::crm::pipelines::{self as store, PipelineInput, ReasonInput, StageInput};
 
-const MISSING: &str = "no such pipeline";
+const MISSING: &str = Entity::Pipeline.missing();
 /// Most stages or reject reasons one pipeline may have.
 const MAX_ITEMS: usize = 100;
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    _agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    match crud(req.method(), rest, MISSING)? {
-        Crud::List => list_all(app, "pipelines", store::list).await,
-        Crud::Create => create(app, body(app, req).await?).await,
-        Crud::Show(id) => show(app, id, MISSING, store::get).await,
-        Crud::Update(id) => update(app, id, body(app, req).await?).await,
-        Crud::Delete(id) => delete(app, id).await,
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.fields()?).await,
+        Verb::Update(id) => update(cx, id, cx.fields()?).await,
+        Verb::Delete(id) => delete(cx, id).await,
+        _ => Err(no_such_change()),
     }
 }
 
@@ -80,7 +71,7 @@ struct UpdateBody {
 }
 
 /// An international currency code: three letters, kept in capitals.
-fn currency(value: &str) -> Result<String, CrmError> {
+fn currency(value: &str) -> Result<String, CoreError> {
     let v = value.trim();
     if v.len() == 3 && v.chars().all(|c| c.is_ascii_alphabetic()) {
         Ok(v.to_ascii_uppercase())
@@ -91,7 +82,7 @@ fn currency(value: &str) -> Result<String, CrmError> {
     }
 }
 
-fn stages(body: Vec<StageBody>) -> Result<Vec<StageInput>, CrmError> {
+fn stages(body: Vec<StageBody>) -> Result<Vec<StageInput>, CoreError> {
     if body.is_empty() {
         return Err(invalid("stages: a pipeline needs at least one stage"));
     }
@@ -115,7 +106,7 @@ fn stages(body: Vec<StageBody>) -> Result<Vec<StageInput>, CrmError> {
     Ok(out)
 }
 
-fn reasons(body: Vec<ReasonBody>) -> Result<Vec<ReasonInput>, CrmError> {
+fn reasons(body: Vec<ReasonBody>) -> Result<Vec<ReasonInput>, CoreError> {
     if body.len() > MAX_ITEMS {
         return Err(invalid(format!("reject_reasons: at most {MAX_ITEMS}")));
     }
@@ -133,7 +124,7 @@ fn reasons(body: Vec<ReasonBody>) -> Result<Vec<ReasonInput>, CrmError> {
     Ok(out)
 }
 
-async fn create(app: &App, body: CreateBody) -> Answer {
+async fn create(cx: &Crm<'_>, body: CreateBody) -> Answer {
     let input = PipelineInput {
         title: title("title", &body.title)?,
         currency: currency(&body.currency)?,
@@ -147,7 +138,7 @@ async fn create(app: &App, body: CreateBody) -> Answer {
             "a new pipeline's stages and reject reasons have no ids yet",
         ));
     }
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let now = change.now_ms();
     let id = store::insert(change.conn(), &input, now).await?;
     let pipeline = read(&mut change, id).await?;
@@ -159,11 +150,11 @@ async fn create(app: &App, body: CreateBody) -> Answer {
     created(&pipeline)
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Pipeline, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Pipeline, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
-async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
+async fn update(cx: &Crm<'_>, id: i64, body: UpdateBody) -> Answer {
     let new_title = body
         .title
         .as_deref()
@@ -172,7 +163,7 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
     let new_currency = body.currency.as_deref().map(currency).transpose()?;
     let new_stages = body.stages.map(stages).transpose()?;
     let new_reasons = body.reject_reasons.map(reasons).transpose()?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let current = read(&mut change, id).await?;
     let stage_ids = store::stage_ids(change.conn(), id).await?;
     let reason_ids = store::reason_ids(change.conn(), id).await?;
@@ -223,7 +214,7 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
         if !stages.iter().any(|s| s.id == Some(old))
             && store::stage_in_use(change.conn(), old).await?
         {
-            return Err(CrmError::Conflict(format!(
+            return Err(CoreError::Conflict(format!(
                 "stage {old} holds deals: keep it (send its pipeline_status_id) or move the deals first"
             )));
         }
@@ -232,7 +223,7 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
         if !reject_reasons.iter().any(|r| r.id == Some(old))
             && store::reason_in_use(change.conn(), old).await?
         {
-            return Err(CrmError::Conflict(format!(
+            return Err(CoreError::Conflict(format!(
                 "reject reason {old} is given for deals: keep it (send its \
                  pipeline_reject_reason_id) or change the deals first"
             )));
@@ -254,12 +245,12 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
     ok(&pipeline)
 }
 
-async fn delete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn delete(cx: &Crm<'_>, id: i64) -> Answer {
+    let mut change = Change::begin(cx).await?;
     let pipeline = read(&mut change, id).await?;
     let deals = store::deal_count(change.conn(), id).await?;
     if deals > 0 {
-        return Err(CrmError::Conflict(format!(
+        return Err(CoreError::Conflict(format!(
             "the pipeline holds {deals} deal(s): delete or move them first"
         )));
     }

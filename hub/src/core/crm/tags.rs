@@ -2,51 +2,32 @@
 //! setting (`crm_client_tag` webhooks). Tagging a client is
 //! `/crm/clients/{id}/tags`.
 
-use http::{Method, Request};
-use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, Flag, Tag, TagEvent, TagMerge, TagSetting};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    Answer, Change, CrmError, Crud, body, created, crud, invalid, is_update, list_all, ok, remove,
-    show, title,
+    Answer, Change, CoreError, Crm, Entity, Verb, created, invalid, no_such_change, ok, remove,
+    title,
 };
-use crate::http::App;
-use crate::store::Agent;
-use crate::store::crm::{TAGS_ADMINISTRATORS_ONLY, set_setting_flag, setting_flag, tags as store};
+use crate::store::crm::{TAGS_ADMINISTRATORS_ONLY, set_setting_flag, tags as store};
 
-const MISSING: &str = "no such client tag";
+const MISSING: &str = Entity::Tag.missing();
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    _agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::POST, ["merge"]) => merge(app, body(app, req).await?).await,
-        (&Method::GET, ["settings"]) => {
-            let mut conn = app.store.crm_reader().await?;
-            let on = setting_flag(&mut conn, TAGS_ADMINISTRATORS_ONLY).await?;
-            ok(&json!({ "administrators_only": on }))
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.fields()?).await,
+        Verb::Update(id) => update(cx, id, cx.fields()?).await,
+        Verb::Merge => merge(cx, cx.fields()?).await,
+        Verb::Settings => settings(cx, cx.fields()?).await,
+        Verb::Delete(id) => {
+            remove(cx, id, MISSING, store::get, store::delete, |t| {
+                CrmEvent::CrmClientTag(TagEvent::DeletedClientTag(t))
+            })
+            .await
         }
-        (m, ["settings"]) if is_update(m) => settings(app, body(app, req).await?).await,
-        (_, ["merge" | "settings"]) => Err(CrmError::MethodNotAllowed),
-        _ => match crud(&method, rest, MISSING)? {
-            Crud::List => list_all(app, "tags", store::list).await,
-            Crud::Create => create(app, body(app, req).await?).await,
-            Crud::Show(id) => show(app, id, MISSING, store::get).await,
-            Crud::Update(id) => update(app, id, body(app, req).await?).await,
-            Crud::Delete(id) => {
-                remove(app, id, MISSING, store::get, store::delete, |t| {
-                    CrmEvent::CrmClientTag(TagEvent::DeletedClientTag(t))
-                })
-                .await
-            }
-        },
+        _ => Err(no_such_change()),
     }
 }
 
@@ -69,13 +50,13 @@ struct SettingsBody {
     administrators_only: bool,
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Tag, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Tag, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
-async fn create(app: &App, body: TitleBody) -> Answer {
+async fn create(cx: &Crm<'_>, body: TitleBody) -> Answer {
     let title = title("title", &body.title)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let now = change.now_ms();
     let tag = store::insert(change.conn(), &title, now).await?;
     change
@@ -86,9 +67,9 @@ async fn create(app: &App, body: TitleBody) -> Answer {
     created(&tag)
 }
 
-async fn update(app: &App, id: i64, body: TitleBody) -> Answer {
+async fn update(cx: &Crm<'_>, id: i64, body: TitleBody) -> Answer {
     let title = title("title", &body.title)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     read(&mut change, id).await?;
     store::update(change.conn(), id, &title).await?;
     let tag = read(&mut change, id).await?;
@@ -101,7 +82,7 @@ async fn update(app: &App, id: i64, body: TitleBody) -> Answer {
 }
 
 /// Folds the `merge` tags into `into`: their clients carry `into` instead.
-async fn merge(app: &App, body: MergeBody) -> Answer {
+async fn merge(cx: &Crm<'_>, body: MergeBody) -> Answer {
     let into = body.into.0;
     let mut ids: Vec<i64> = Vec::with_capacity(body.merge.len());
     for id in body.merge.iter().map(|n| n.0) {
@@ -115,7 +96,7 @@ async fn merge(app: &App, body: MergeBody) -> Answer {
     if ids.is_empty() {
         return Err(invalid("merge: name at least one tag to merge"));
     }
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let Some(tag) = store::get(change.conn(), into).await? else {
         return Err(invalid(format!("into: no client tag {into}")));
     };
@@ -136,8 +117,8 @@ async fn merge(app: &App, body: MergeBody) -> Answer {
     ok(&merge)
 }
 
-async fn settings(app: &App, body: SettingsBody) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn settings(cx: &Crm<'_>, body: SettingsBody) -> Answer {
+    let mut change = Change::begin(cx).await?;
     set_setting_flag(
         change.conn(),
         TAGS_ADMINISTRATORS_ONLY,

@@ -4,8 +4,6 @@
 //! (assigned agent, category, organization, contacts) queue it too, in the
 //! same transaction, so both kinds of receivers hear the same change.
 
-use http::{Method, Request};
-use hyper::body::Incoming;
 use plugin_api::crm::{
     Client, ClientEvent, ContactSource, ContactType, CrmEvent, DealEvent, StatusAssignment,
     StatusEvent, TaskEvent,
@@ -13,95 +11,62 @@ use plugin_api::crm::{
 use plugin_api::lenient::ExternalId;
 use plugin_api::webhook::NumericId;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::{
-    Answer, Change, CrmError, Query, body, created, invalid, is_update, nullable, ok,
-    optional_text, optional_url, path_id, title,
+    Answer, Change, ClientPart, CoreError, Crm, Entity, Verb, created, invalid, no_such_change,
+    nullable, ok, optional_text, optional_url, title,
 };
-use crate::clock::now_ms;
-use crate::http::App;
-use crate::store::crm::clients::{self as store, Block, ClientFilter, NewClient, ProfilePatch};
+use crate::store::crm::clients::{self as store, Block, NewClient, ProfilePatch};
 use crate::store::crm::deals::DealFilter;
 use crate::store::crm::tasks::TaskFilter;
 use crate::store::crm::{agent_exists, deals, organizations, statuses, tags, tasks};
 use crate::store::{Agent, Conn};
 
-const MISSING: &str = "no such client";
-const DEFAULT_LIMIT: i64 = 100;
-const MAX_LIMIT: i64 = 500;
+pub(crate) const MISSING: &str = Entity::Client.missing();
 /// Most contacts or tags one request may give a client.
 const MAX_ITEMS: usize = 100;
 /// Largest `custom_data`, as JSON text.
 const MAX_CUSTOM_DATA: usize = 16 * 1024;
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::GET, []) => list(app, &req, agent).await,
-        (&Method::POST, []) => create(app, agent, body(app, req).await?).await,
-        (&Method::GET, [id]) => {
-            let id = path_id(id, MISSING)?;
-            let mut conn = app.store.crm_reader().await?;
-            if store::visible_channel(&mut conn, id, &agent.email)
-                .await?
-                .is_none()
-            {
-                return Err(CrmError::NotFound(MISSING));
-            }
-            ok(&answer(&mut conn, id, now_ms() / 1000).await?)
-        }
-        (m, [id]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            update(app, agent, id, body(app, req).await?).await
-        }
-        (&Method::DELETE, [id]) => delete(app, agent, path_id(id, MISSING)?).await,
-        (m, [id, part]) if is_update(m) => {
-            let id = path_id(id, MISSING)?;
-            match *part {
-                "assigned_agent" => assign_agent(app, agent, id, body(app, req).await?).await,
-                "status" => assign_status(app, agent, id, body(app, req).await?).await,
-                "organization" => set_organization(app, agent, id, body(app, req).await?).await,
-                "blacklist" => set_blacklist(app, agent, id, body(app, req).await?).await,
-                "contacts" => set_contacts(app, agent, id, body(app, req).await?).await,
-                "tags" => set_tags(app, agent, id, body(app, req).await?).await,
-                _ => Err(CrmError::NoEndpoint),
-            }
-        }
-        (
-            _,
-            []
-            | [_]
-            | [
-                _,
-                "assigned_agent" | "status" | "organization" | "blacklist" | "contacts" | "tags",
-            ],
-        ) => Err(CrmError::MethodNotAllowed),
-        _ => Err(CrmError::NoEndpoint),
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    let agent = cx.agent;
+    match verb {
+        Verb::Create => create(cx, agent, cx.fields()?).await,
+        Verb::Update(id) => update(cx, agent, id, cx.fields()?).await,
+        Verb::Delete(id) => delete(cx, agent, id).await,
+        Verb::Set(id, part) => match part {
+            ClientPart::AssignedAgent => assign_agent(cx, agent, id, cx.fields()?).await,
+            ClientPart::Status => assign_status(cx, agent, id, cx.fields()?).await,
+            ClientPart::Organization => set_organization(cx, agent, id, cx.fields()?).await,
+            ClientPart::Blacklist => set_blacklist(cx, agent, id, cx.fields()?).await,
+            ClientPart::Contacts => set_contacts(cx, agent, id, cx.fields()?).await,
+            ClientPart::Tags => set_tags(cx, agent, id, cx.fields()?).await,
+        },
+        _ => Err(no_such_change()),
     }
 }
 
 /// The CRM client object as the webhooks carry it, plus the integrator's id
 /// of the client (`sender.id`, in the JSON type it was sent in).
 #[derive(Debug, Serialize)]
-struct ClientAnswer {
+pub(crate) struct ClientAnswer {
     #[serde(flatten)]
     client: Client,
     external_id: ExternalId,
 }
 
-async fn answer(conn: &mut Conn, id: i64, now_s: i64) -> Result<ClientAnswer, CrmError> {
+pub(crate) async fn answer(
+    conn: &mut Conn,
+    id: i64,
+    now_s: i64,
+) -> Result<ClientAnswer, CoreError> {
     let client = store::get(conn, id, now_s)
         .await?
-        .ok_or(CrmError::NotFound(MISSING))?;
+        .ok_or(CoreError::Missing(MISSING))?;
     let external_id = store::external_id(conn, id)
         .await?
-        .ok_or(CrmError::NotFound(MISSING))?;
+        .ok_or(CoreError::Missing(MISSING))?;
     Ok(ClientAnswer {
         client,
         external_id,
@@ -109,13 +74,13 @@ async fn answer(conn: &mut Conn, id: i64, now_s: i64) -> Result<ClientAnswer, Cr
 }
 
 /// Starts a change of a client the agent may reach.
-async fn open<'a>(app: &'a App, agent: &Agent, id: i64) -> Result<Change<'a>, CrmError> {
-    let mut change = Change::begin(app).await?;
+async fn open<'a>(cx: &'a Crm<'a>, agent: &Agent, id: i64) -> Result<Change<'a>, CoreError> {
+    let mut change = Change::begin(cx).await?;
     if store::visible_channel(change.conn(), id, &agent.email)
         .await?
         .is_none()
     {
-        return Err(CrmError::NotFound(MISSING));
+        return Err(CoreError::Missing(MISSING));
     }
     Ok(change)
 }
@@ -138,42 +103,6 @@ async fn finish(
     }
     change.commit().await?;
     ok(&answer)
-}
-
-async fn list(app: &App, req: &Request<Incoming>, agent: &Agent) -> Answer {
-    let q = Query::of(req);
-    let limit = q.id("limit")?.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
-    let mut conn = app.store.crm_reader().await?;
-    let channel_id = match q.get("channel") {
-        Some(c) => Some(
-            store::agent_channel(&mut conn, c, &agent.email)
-                .await?
-                .ok_or_else(|| invalid(format!("channel: no channel {c:?} of yours")))?,
-        ),
-        None => None,
-    };
-    let filter = ClientFilter {
-        channel_id,
-        status_id: q.id("status_id")?,
-        organization_id: q.id("organization_id")?,
-        assigned_agent_id: q.id("assigned_agent_id")?,
-        tag_id: q.id("tag_id")?,
-        search: q.get("q").map(str::to_owned),
-        after_id: q.id("after")?,
-        limit,
-    };
-    let ids = store::list(&mut conn, &agent.email, &filter).await?;
-    let now_s = now_ms() / 1000;
-    let mut clients = Vec::with_capacity(ids.len());
-    for id in &ids {
-        clients.push(answer(&mut conn, *id, now_s).await?);
-    }
-    let next_after = if i64::try_from(ids.len()).is_ok_and(|n| n == limit) {
-        ids.last().copied()
-    } else {
-        None
-    };
-    ok(&json!({ "clients": clients, "next_after": next_after }))
 }
 
 #[derive(Deserialize)]
@@ -273,7 +202,7 @@ struct TagsBody {
     tag_ids: Vec<NumericId>,
 }
 
-fn custom_data(value: Option<Map<String, Value>>) -> Result<Option<Map<String, Value>>, CrmError> {
+fn custom_data(value: Option<Map<String, Value>>) -> Result<Option<Map<String, Value>>, CoreError> {
     match value {
         Some(m) if Value::Object(m.clone()).to_string().len() > MAX_CUSTOM_DATA => Err(invalid(
             format!("custom_data: at most {MAX_CUSTOM_DATA} bytes of JSON"),
@@ -284,7 +213,7 @@ fn custom_data(value: Option<Map<String, Value>>) -> Result<Option<Map<String, V
 
 /// Checks and normalises contacts: e-mails with an `@`, phones of digits
 /// (with `+`, spaces, dashes, dots and brackets); repeats dropped.
-fn contacts(body: Vec<ContactBody>) -> Result<Vec<(ContactType, String)>, CrmError> {
+fn contacts(body: Vec<ContactBody>) -> Result<Vec<(ContactType, String)>, CoreError> {
     if body.len() > MAX_ITEMS {
         return Err(invalid(format!("contacts: at most {MAX_ITEMS}")));
     }
@@ -326,7 +255,7 @@ fn contacts(body: Vec<ContactBody>) -> Result<Vec<(ContactType, String)>, CrmErr
     Ok(out)
 }
 
-fn tag_ids(body: &[NumericId]) -> Result<Vec<i64>, CrmError> {
+fn tag_ids(body: &[NumericId]) -> Result<Vec<i64>, CoreError> {
     if body.len() > MAX_ITEMS {
         return Err(invalid(format!("tag_ids: at most {MAX_ITEMS}")));
     }
@@ -339,7 +268,7 @@ fn tag_ids(body: &[NumericId]) -> Result<Vec<i64>, CrmError> {
     Ok(out)
 }
 
-async fn check_tags(change: &mut Change<'_>, ids: &[i64]) -> Result<(), CrmError> {
+async fn check_tags(change: &mut Change<'_>, ids: &[i64]) -> Result<(), CoreError> {
     for id in ids {
         if tags::get(change.conn(), *id).await?.is_none() {
             return Err(invalid(format!("tag_ids: no client tag {id}")));
@@ -348,7 +277,7 @@ async fn check_tags(change: &mut Change<'_>, ids: &[i64]) -> Result<(), CrmError
     Ok(())
 }
 
-async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
+async fn create(cx: &Crm<'_>, agent: &Agent, body: CreateBody) -> Answer {
     let external_id = match body.external_id {
         Some(id) if id.is_empty() => return Err(invalid("external_id: must not be empty")),
         Some(id) => id,
@@ -361,7 +290,7 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     let custom_data = custom_data(body.custom_data)?;
     let contacts = contacts(body.contacts)?;
     let tag_ids = tag_ids(&body.tag_ids)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let channel_id = store::agent_channel(change.conn(), &body.channel, &agent.email)
         .await?
         .ok_or_else(|| invalid(format!("channel: no channel {:?} of yours", body.channel)))?;
@@ -392,7 +321,7 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
         custom_data,
     };
     let Some(id) = store::insert(change.conn(), &new, now).await? else {
-        return Err(CrmError::Conflict(format!(
+        return Err(CoreError::Conflict(format!(
             "the channel already has a client with external_id {external_id}"
         )));
     };
@@ -418,7 +347,7 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     created(&answer)
 }
 
-async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
+async fn update(cx: &Crm<'_>, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     let patch = ProfilePatch {
         name: body.name.as_deref().map(|n| title("name", n)).transpose()?,
         description: body
@@ -435,7 +364,7 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
             .transpose()?,
         custom_data: body.custom_data.map(custom_data).transpose()?,
     };
-    let mut change = open(app, agent, id).await?;
+    let mut change = open(cx, agent, id).await?;
     let now = change.now_ms();
     store::update_profile(change.conn(), id, &patch, now).await?;
     finish(change, id, ClientEvent::UpdatedClient, false).await
@@ -443,10 +372,10 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
 
 /// Deletes a client whose chats are all closed, with its deals and tasks
 /// (each told as deleted first).
-async fn delete(app: &App, agent: &Agent, id: i64) -> Answer {
-    let mut change = open(app, agent, id).await?;
+async fn delete(cx: &Crm<'_>, agent: &Agent, id: i64) -> Answer {
+    let mut change = open(cx, agent, id).await?;
     if store::live_chats(change.conn(), id).await? > 0 {
-        return Err(CrmError::Conflict(
+        return Err(CoreError::Conflict(
             "the client has a chat that is not closed".to_owned(),
         ));
     }
@@ -487,8 +416,8 @@ async fn delete(app: &App, agent: &Agent, id: i64) -> Answer {
     ok(&answer)
 }
 
-async fn assign_agent(app: &App, agent: &Agent, id: i64, body: AgentBody) -> Answer {
-    let mut change = open(app, agent, id).await?;
+async fn assign_agent(cx: &Crm<'_>, agent: &Agent, id: i64, body: AgentBody) -> Answer {
+    let mut change = open(cx, agent, id).await?;
     let assigned = body.agent_id.map(|a| a.0);
     if let Some(a) = assigned
         && !agent_exists(change.conn(), a).await?
@@ -502,8 +431,8 @@ async fn assign_agent(app: &App, agent: &Agent, id: i64, body: AgentBody) -> Ans
 
 /// Puts the client in a category: `assigned_status` with the category and
 /// the client, and `client_updated`.
-async fn assign_status(app: &App, agent: &Agent, id: i64, body: StatusBody) -> Answer {
-    let mut change = open(app, agent, id).await?;
+async fn assign_status(cx: &Crm<'_>, agent: &Agent, id: i64, body: StatusBody) -> Answer {
+    let mut change = open(cx, agent, id).await?;
     let status_id = body.status_id.0;
     if statuses::get(change.conn(), status_id).await?.is_none() {
         return Err(invalid(format!(
@@ -527,8 +456,8 @@ async fn assign_status(app: &App, agent: &Agent, id: i64, body: StatusBody) -> A
     ok(&answer)
 }
 
-async fn set_organization(app: &App, agent: &Agent, id: i64, body: OrganizationBody) -> Answer {
-    let mut change = open(app, agent, id).await?;
+async fn set_organization(cx: &Crm<'_>, agent: &Agent, id: i64, body: OrganizationBody) -> Answer {
+    let mut change = open(cx, agent, id).await?;
     let organization = body.organization_id.map(|o| o.0);
     if let Some(o) = organization
         && organizations::get(change.conn(), o).await?.is_none()
@@ -541,8 +470,8 @@ async fn set_organization(app: &App, agent: &Agent, id: i64, body: OrganizationB
 }
 
 /// Blocks (again, replacing an earlier block) or unblocks the client.
-async fn set_blacklist(app: &App, agent: &Agent, id: i64, body: BlacklistBody) -> Answer {
-    let mut change = open(app, agent, id).await?;
+async fn set_blacklist(cx: &Crm<'_>, agent: &Agent, id: i64, body: BlacklistBody) -> Answer {
+    let mut change = open(cx, agent, id).await?;
     let now_s = change.now_s();
     if body.blocked {
         let unblock_ts = match body.unblock_ts.map(|n| n.0) {
@@ -575,18 +504,18 @@ async fn set_blacklist(app: &App, agent: &Agent, id: i64, body: BlacklistBody) -
 }
 
 /// Replaces the contacts agents recorded for the client.
-async fn set_contacts(app: &App, agent: &Agent, id: i64, body: ContactsBody) -> Answer {
+async fn set_contacts(cx: &Crm<'_>, agent: &Agent, id: i64, body: ContactsBody) -> Answer {
     let contacts = contacts(body.contacts)?;
-    let mut change = open(app, agent, id).await?;
+    let mut change = open(cx, agent, id).await?;
     let now = change.now_ms();
     store::set_agent_contacts(change.conn(), id, &contacts, now).await?;
     finish(change, id, ClientEvent::UpdatedClientContacts, true).await
 }
 
 /// Replaces the client's tags.
-async fn set_tags(app: &App, agent: &Agent, id: i64, body: TagsBody) -> Answer {
+async fn set_tags(cx: &Crm<'_>, agent: &Agent, id: i64, body: TagsBody) -> Answer {
     let ids = tag_ids(&body.tag_ids)?;
-    let mut change = open(app, agent, id).await?;
+    let mut change = open(cx, agent, id).await?;
     check_tags(&mut change, &ids).await?;
     tags::set_of_client(change.conn(), id, &ids).await?;
     // `client_updated` carries the tags, so the integrator hears of it too.

@@ -2,51 +2,31 @@
 //! setting (`crm_status` webhooks). Assigning a category to a client is
 //! `/crm/clients/{id}/status`.
 
-use http::{Method, Request};
-use hyper::body::Incoming;
 use plugin_api::crm::{Category, CrmEvent, StatusEvent};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Answer, Change, CrmError, Crud, Query, body, body_or_default, color, created, crud, invalid,
-    is_update, list_all, ok, show, title,
+    Answer, Change, CoreError, Crm, Entity, Verb, color, created, invalid, no_such_change, ok,
+    title,
 };
-use crate::http::App;
-use crate::store::crm::{STATUS_REQUIRE_UPDATE, set_setting_flag, setting_flag, statuses as store};
-use crate::store::{Agent, StoreError};
+use crate::store::StoreError;
+use crate::store::crm::{STATUS_REQUIRE_UPDATE, set_setting_flag, statuses as store};
 
-const MISSING: &str = "no such client category";
+const MISSING: &str = Entity::Status.missing();
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    _agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::POST, ["reorder"]) => reorder(app, body(app, req).await?).await,
-        (&Method::GET, ["settings"]) => {
-            let mut conn = app.store.crm_reader().await?;
-            let on = setting_flag(&mut conn, STATUS_REQUIRE_UPDATE).await?;
-            ok(&json!({ "require_update": on }))
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.fields()?).await,
+        Verb::Update(id) => update(cx, id, cx.fields()?).await,
+        Verb::Reorder => reorder(cx, cx.fields()?).await,
+        Verb::Settings => settings(cx, cx.fields()?).await,
+        Verb::Delete(id) => {
+            let body: DeleteBody = cx.fields()?;
+            delete(cx, id, body.new_status_id.map(|n| n.0)).await
         }
-        (m, ["settings"]) if is_update(m) => settings(app, body(app, req).await?).await,
-        (_, ["reorder" | "settings"]) => Err(CrmError::MethodNotAllowed),
-        _ => match crud(&method, rest, MISSING)? {
-            Crud::List => list_all(app, "statuses", store::list).await,
-            Crud::Create => create(app, body(app, req).await?).await,
-            Crud::Show(id) => show(app, id, MISSING, store::get).await,
-            Crud::Update(id) => update(app, id, body(app, req).await?).await,
-            Crud::Delete(id) => {
-                // The clients' new category: the query wins over the body.
-                let from_query = Query::of(&req).id("new_status_id")?;
-                let body: DeleteBody = body_or_default(app, req).await?;
-                delete(app, id, from_query.or(body.new_status_id.map(|n| n.0))).await
-            }
-        },
+        _ => Err(no_such_change()),
     }
 }
 
@@ -85,14 +65,14 @@ struct SettingsBody {
     require_update: bool,
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Category, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Category, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
-async fn create(app: &App, body: CreateBody) -> Answer {
+async fn create(cx: &Crm<'_>, body: CreateBody) -> Answer {
     let title = title("title", &body.title)?;
     let color = color("color", &body.color)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let now = change.now_ms();
     let id = store::insert(change.conn(), &title, &color, now).await?;
     let category = read(&mut change, id).await?;
@@ -104,7 +84,7 @@ async fn create(app: &App, body: CreateBody) -> Answer {
     created(&category)
 }
 
-async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
+async fn update(cx: &Crm<'_>, id: i64, body: UpdateBody) -> Answer {
     let new_title = body
         .title
         .as_deref()
@@ -115,7 +95,7 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
         .as_deref()
         .map(|c| color("color", c))
         .transpose()?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let current = read(&mut change, id).await?;
     store::update(
         change.conn(),
@@ -135,12 +115,12 @@ async fn update(app: &App, id: i64, body: UpdateBody) -> Answer {
 
 /// Deletes a category, moving its clients to `to` (default: the default
 /// category). Each moved client's category changed: `client_updated`.
-async fn delete(app: &App, id: i64, to: Option<i64>) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn delete(cx: &Crm<'_>, id: i64, to: Option<i64>) -> Answer {
+    let mut change = Change::begin(cx).await?;
     let mut category = read(&mut change, id).await?;
     let default = store::default_id(change.conn()).await?;
     if id == default {
-        return Err(CrmError::Conflict(
+        return Err(CoreError::Conflict(
             "the default client category cannot be deleted".to_owned(),
         ));
     }
@@ -166,9 +146,9 @@ async fn delete(app: &App, id: i64, to: Option<i64>) -> Answer {
 }
 
 /// Puts the categories in the order of `ids`, which must name each once.
-async fn reorder(app: &App, body: ReorderBody) -> Answer {
+async fn reorder(cx: &Crm<'_>, body: ReorderBody) -> Answer {
     let ids: Vec<i64> = body.ids.iter().map(|n| n.0).collect();
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let mut all: Vec<i64> = store::list(change.conn())
         .await?
         .iter()
@@ -196,8 +176,8 @@ async fn reorder(app: &App, body: ReorderBody) -> Answer {
     ok(&json!({ "statuses": statuses }))
 }
 
-async fn settings(app: &App, body: SettingsBody) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn settings(cx: &Crm<'_>, body: SettingsBody) -> Answer {
+    let mut change = Change::begin(cx).await?;
     set_setting_flag(change.conn(), STATUS_REQUIRE_UPDATE, body.require_update).await?;
     let mut event = Map::new();
     event.insert(

@@ -2,50 +2,32 @@
 //! (`crm_deal` webhooks). A deal is closed (`closed_ts`) while it stands in a
 //! stage with a final status; a reject reason goes with unsuccessful stages.
 
-use http::Request;
-use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, Deal, DealEvent, FinalStatus};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 use serde_json::Number;
 
 use super::{
-    Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
-    nullable, ok, remove, show, title,
+    Answer, Change, CoreError, Crm, Entity, Verb, created, invalid, long_text, no_such_change,
+    nullable, ok, remove, title,
 };
-use crate::http::App;
 use crate::store::Agent;
-use crate::store::crm::deals::{self as store, DealFilter, DealInput};
+use crate::store::crm::deals::{self as store, DealInput};
 use crate::store::crm::{agent_exists, clients, pipelines};
 
-const MISSING: &str = "no such deal";
+const MISSING: &str = Entity::Deal.missing();
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    match crud(req.method(), rest, MISSING)? {
-        Crud::List => {
-            let q = Query::of(&req);
-            let filter = DealFilter {
-                client_id: q.id("client_id")?,
-                pipeline_id: q.id("pipeline_id")?,
-                stage_id: q.id("pipeline_status_id")?,
-                assigned_agent_id: q.id("assigned_agent_id")?,
-            };
-            list_all(app, "deals", async |conn| store::list(conn, &filter).await).await
-        }
-        Crud::Create => create(app, agent, body(app, req).await?).await,
-        Crud::Show(id) => show(app, id, MISSING, store::get).await,
-        Crud::Update(id) => update(app, agent, id, body(app, req).await?).await,
-        Crud::Delete(id) => {
-            remove(app, id, MISSING, store::get, store::delete, |d| {
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.agent, cx.fields()?).await,
+        Verb::Update(id) => update(cx, cx.agent, id, cx.fields()?).await,
+        Verb::Delete(id) => {
+            remove(cx, id, MISSING, store::get, store::delete, |d| {
                 CrmEvent::CrmDeal(DealEvent::DeletedDeal(d))
             })
             .await
         }
+        _ => Err(no_such_change()),
     }
 }
 
@@ -90,7 +72,7 @@ struct UpdateBody {
     assigned_agent_id: Option<Option<NumericId>>,
 }
 
-fn amount(value: Option<Number>) -> Result<Option<Number>, CrmError> {
+fn amount(value: Option<Number>) -> Result<Option<Number>, CoreError> {
     match value {
         Some(n) if n.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0) => Ok(Some(n)),
         Some(n) => Err(invalid(format!(
@@ -100,7 +82,7 @@ fn amount(value: Option<Number>) -> Result<Option<Number>, CrmError> {
     }
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Deal, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Deal, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
@@ -111,7 +93,7 @@ async fn settle(
     agent: &Agent,
     deal: &mut DealInput,
     before: Option<&DealInput>,
-) -> Result<(), CrmError> {
+) -> Result<(), CoreError> {
     if before.is_none_or(|b| b.client_id != deal.client_id)
         && clients::visible_channel(change.conn(), deal.client_id, &agent.email)
             .await?
@@ -168,11 +150,11 @@ async fn settle(
     Ok(())
 }
 
-async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
+async fn create(cx: &Crm<'_>, agent: &Agent, body: CreateBody) -> Answer {
     let title = title("title", &body.title)?;
     let text = long_text("text", body.text.as_deref().unwrap_or_default())?;
     let amount = amount(body.amount)?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let pipeline_id = body.pipeline_id.0;
     let stage_id = match body.pipeline_status_id {
         Some(s) => s.0,
@@ -204,7 +186,7 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     created(&deal)
 }
 
-async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
+async fn update(cx: &Crm<'_>, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     let new_title = body
         .title
         .as_deref()
@@ -216,7 +198,7 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
         .map(|t| long_text("text", t))
         .transpose()?;
     let new_amount = body.amount.map(amount).transpose()?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let before = DealInput::of(&read(&mut change, id).await?);
     let mut deal = before.clone();
     if let Some(c) = body.client_id {

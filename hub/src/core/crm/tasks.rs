@@ -2,56 +2,34 @@
 //! the client's deals (`crm_task` webhooks). The reminder itself
 //! (`fired_task`) is sent by [`super::reminders`].
 
-use http::{Method, Request};
-use hyper::body::Incoming;
 use plugin_api::crm::{CrmEvent, Flag, Task, TaskEvent};
 use plugin_api::webhook::NumericId;
 use serde::Deserialize;
 
 use super::{
-    Answer, Change, CrmError, Crud, Query, body, created, crud, invalid, list_all, long_text,
-    nullable, ok, path_id, remove, show,
+    Answer, Change, CoreError, Crm, Entity, Verb, created, invalid, long_text, no_such_change,
+    nullable, ok, remove,
 };
-use crate::http::App;
 use crate::store::Agent;
-use crate::store::crm::tasks::{self as store, COMPLETED, TaskFilter, TaskInput};
+use crate::store::crm::tasks::{self as store, COMPLETED, TaskInput};
 use crate::store::crm::{agent_exists, clients, deals};
 
-const MISSING: &str = "no such task";
+const MISSING: &str = Entity::Task.missing();
 /// `notify_ts` above this is surely milliseconds, not the spec's seconds.
 const MAX_NOTIFY_TS: i64 = 100_000_000_000;
 
-pub(super) async fn route(
-    app: &App,
-    req: Request<Incoming>,
-    agent: &Agent,
-    rest: &[&str],
-) -> Answer {
-    let method = req.method().clone();
-    match (&method, rest) {
-        (&Method::POST, [id, "complete"]) => complete(app, path_id(id, MISSING)?).await,
-        (_, [_, "complete"]) => Err(CrmError::MethodNotAllowed),
-        _ => match crud(&method, rest, MISSING)? {
-            Crud::List => {
-                let q = Query::of(&req);
-                let filter = TaskFilter {
-                    client_id: q.id("client_id")?,
-                    deal_id: q.id("deal_id")?,
-                    agent_id: q.id("agent_id")?,
-                    status: q.get("status").map(str::to_owned),
-                };
-                list_all(app, "tasks", async |conn| store::list(conn, &filter).await).await
-            }
-            Crud::Create => create(app, agent, body(app, req).await?).await,
-            Crud::Show(id) => show(app, id, MISSING, store::get).await,
-            Crud::Update(id) => update(app, agent, id, body(app, req).await?).await,
-            Crud::Delete(id) => {
-                remove(app, id, MISSING, store::get, store::delete, |d| {
-                    CrmEvent::CrmTask(TaskEvent::DeletedTask(d))
-                })
-                .await
-            }
-        },
+pub(super) async fn apply(cx: &Crm<'_>, verb: Verb) -> Answer {
+    match verb {
+        Verb::Create => create(cx, cx.agent, cx.fields()?).await,
+        Verb::Update(id) => update(cx, cx.agent, id, cx.fields()?).await,
+        Verb::Complete(id) => complete(cx, id).await,
+        Verb::Delete(id) => {
+            remove(cx, id, MISSING, store::get, store::delete, |d| {
+                CrmEvent::CrmTask(TaskEvent::DeletedTask(d))
+            })
+            .await
+        }
+        _ => Err(no_such_change()),
     }
 }
 
@@ -89,7 +67,7 @@ struct UpdateBody {
     show_notification: Option<Flag>,
 }
 
-fn task_text(value: &str) -> Result<String, CrmError> {
+fn task_text(value: &str) -> Result<String, CoreError> {
     let text = long_text("text", value.trim())?;
     if text.is_empty() {
         return Err(invalid("text: must not be empty"));
@@ -97,7 +75,7 @@ fn task_text(value: &str) -> Result<String, CrmError> {
     Ok(text)
 }
 
-fn notify_ts(value: NumericId) -> Result<i64, CrmError> {
+fn notify_ts(value: NumericId) -> Result<i64, CoreError> {
     let value = value.0;
     if value <= 0 || value >= MAX_NOTIFY_TS {
         return Err(invalid(format!(
@@ -107,7 +85,7 @@ fn notify_ts(value: NumericId) -> Result<i64, CrmError> {
     Ok(value)
 }
 
-async fn read(change: &mut Change<'_>, id: i64) -> Result<Task, CrmError> {
+async fn read(change: &mut Change<'_>, id: i64) -> Result<Task, CoreError> {
     change.find(store::get, id, MISSING).await
 }
 
@@ -118,7 +96,7 @@ async fn check(
     agent: &Agent,
     task: &TaskInput,
     before: Option<&TaskInput>,
-) -> Result<(), CrmError> {
+) -> Result<(), CoreError> {
     if before.is_none_or(|b| b.client_id != task.client_id)
         && clients::visible_channel(change.conn(), task.client_id, &agent.email)
             .await?
@@ -143,7 +121,7 @@ async fn check(
     Ok(())
 }
 
-async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
+async fn create(cx: &Crm<'_>, agent: &Agent, body: CreateBody) -> Answer {
     let input = TaskInput {
         text: task_text(&body.text)?,
         agent_id: body.agent_id.map_or(agent.id, |n| n.0),
@@ -152,7 +130,7 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
         notify_ts: notify_ts(body.notify_ts)?,
         show_notification: body.show_notification.is_none_or(|f| f.0),
     };
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     check(&mut change, agent, &input, None).await?;
     let now = change.now_s();
     let id = store::insert(change.conn(), &input, agent.id, now).await?;
@@ -163,10 +141,10 @@ async fn create(app: &App, agent: &Agent, body: CreateBody) -> Answer {
     created(&task)
 }
 
-async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
+async fn update(cx: &Crm<'_>, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     let new_text = body.text.as_deref().map(task_text).transpose()?;
     let new_notify = body.notify_ts.map(notify_ts).transpose()?;
-    let mut change = Change::begin(app).await?;
+    let mut change = Change::begin(cx).await?;
     let before = TaskInput::of(&read(&mut change, id).await?);
     let mut task = before.clone();
     if let Some(t) = new_text {
@@ -201,11 +179,11 @@ async fn update(app: &App, agent: &Agent, id: i64, body: UpdateBody) -> Answer {
     ok(&task)
 }
 
-async fn complete(app: &App, id: i64) -> Answer {
-    let mut change = Change::begin(app).await?;
+async fn complete(cx: &Crm<'_>, id: i64) -> Answer {
+    let mut change = Change::begin(cx).await?;
     let task = read(&mut change, id).await?;
     if task.status == COMPLETED {
-        return Err(CrmError::Conflict(
+        return Err(CoreError::Conflict(
             "the task is already completed".to_owned(),
         ));
     }

@@ -1,0 +1,47 @@
+//! The delivery-result writer: final results that crossed the pipeline
+//! queue to a [`Batcher`](super::batch::Batcher) and are stored as many at a
+//! time as are waiting, with their plugins' forwards and key-value writes.
+
+use std::sync::Arc;
+
+use crate::core::batch::BatchWrite;
+use crate::core::error::CoreError;
+use crate::pipeline::record_effects;
+use crate::runtime::{Forward, KvWrites};
+use crate::store::outbox::{Finished, MAX_FINISHED, finish_many};
+use crate::store::{Conn, StoreError};
+
+/// A final result on its way to the database, with its plugins' effects.
+pub(super) struct ResultJob {
+    pub(super) finished: Finished,
+    pub(super) forwards: Vec<Forward>,
+    pub(super) kv_writes: Vec<(Arc<str>, KvWrites)>,
+}
+
+/// Delivery results, written in batches (`store::outbox::finish_many`).
+pub(super) struct Results;
+
+impl BatchWrite for Results {
+    type Job = ResultJob;
+    type Done = ();
+    const MAX: usize = MAX_FINISHED;
+    const WHAT: &'static str = "delivery results";
+
+    async fn write(conn: &mut Conn, jobs: &mut [ResultJob]) -> Result<Vec<()>, CoreError> {
+        let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
+        finish_many(conn, &rows).await?;
+        for job in jobs.iter() {
+            let event = &job.finished.event;
+            record_effects(conn, event, &job.forwards, &job.kv_writes, job.finished.now).await?;
+        }
+        Ok(vec![(); jobs.len()])
+    }
+}
+
+/// A batch failure as the deliverer's store error.
+pub(super) fn into_store_error(e: CoreError) -> StoreError {
+    match e {
+        CoreError::Store(e) => e,
+        other => StoreError::Commit(other.to_string()),
+    }
+}
