@@ -1316,6 +1316,15 @@ async fn office_with_plugin(events: &str, fault: &str, on_error: &str) -> Office
     Office::staff(hub, crm, Integrator::start().await, &replies).await
 }
 
+/// The event log's rows of `kind`.
+async fn event_log(o: &Office, kind: &str) -> Vec<hub::event::Event> {
+    o.hub
+        .store()
+        .events_of_kind(kind, 10)
+        .await
+        .expect("event log")
+}
+
 /// Ann's deal `title` on a new pipeline and client, the first of a fresh
 /// hub (ids 1, which the plugin's replacement fields name).
 async fn first_deal(o: &Office, title: &str) -> (u16, Value) {
@@ -1374,12 +1383,7 @@ async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written()
     assert_eq!(status, 503, "{v}");
     assert_eq!(v["error"]["code"], "unavailable");
     assert_eq!(get(&o.ann, "deals").await["deals"], json!([]));
-    let logged = o
-        .hub
-        .store()
-        .events_of_kind("crm.deal.create", 10)
-        .await
-        .expect("event log");
+    let logged = event_log(&o, "crm.deal.create").await;
     assert!(
         logged.is_empty(),
         "a refused change is no event: {logged:?}"
@@ -1408,21 +1412,11 @@ async fn a_plugin_may_change_a_deal_and_the_changed_deal_is_stored_and_logged() 
     assert_eq!(webhook["event"]["title"], "Renamed by a plugin");
 
     // The change is a row of the event log, as the plugins left it.
-    let logged = o
-        .hub
-        .store()
-        .events_of_kind("crm.deal.create", 10)
-        .await
-        .expect("event log");
+    let logged = event_log(&o, "crm.deal.create").await;
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(logged[0].payload["fields"]["title"], "Renamed by a plugin");
     // Changes no plugin watches are logged too, with the agent and the id.
-    let created = o
-        .hub
-        .store()
-        .events_of_kind("crm.pipeline.create", 10)
-        .await
-        .expect("event log");
+    let created = event_log(&o, "crm.pipeline.create").await;
     assert_eq!(created.len(), 1, "{created:?}");
     assert_eq!(created[0].payload["agent"]["email"], "ann@example.com");
     assert_eq!(created[0].payload["fields"]["title"], "Sales");

@@ -14,12 +14,15 @@ pub mod instances;
 pub mod kv;
 pub mod live;
 pub mod locks;
+mod migrate;
 pub mod notices;
 pub mod offline;
+mod open;
 pub mod outbox;
 pub mod outcomes;
 pub mod outgoing;
 pub mod sessions;
+mod url;
 pub mod webhooks;
 pub mod widget;
 mod writer;
@@ -36,7 +39,10 @@ pub use agents::{Agent, NewAgent};
 pub use bots::{Bot, BotState, NewBot};
 pub use channels::{Channel, ChannelKind, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
+use open::{SQLITE_PRAGMAS, checkpoints, open_readers, open_writer};
 pub use outbox::{Claimed, NewDelivery, OutboxDepth, OutboxState, PendingRows, Retry, RowKind};
+use url::prepare_sqlite_url;
+pub use url::{probe_postgres, redacted_url};
 pub use writer::Durability;
 
 /// The connection a write transaction hands to store functions
@@ -311,121 +317,6 @@ impl WriteTx<'_> {
     }
 }
 
-const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../../migrations/sqlite/0001_channel.sql")),
-    (2, include_str!("../../migrations/sqlite/0002_plugins.sql")),
-    (
-        3,
-        include_str!("../../migrations/sqlite/0003_webhooks_crm.sql"),
-    ),
-    (
-        4,
-        include_str!("../../migrations/sqlite/0004_crm_indexes.sql"),
-    ),
-    (
-        5,
-        include_str!("../../migrations/sqlite/0005_delivery_fixes.sql"),
-    ),
-    (6, include_str!("../../migrations/sqlite/0006_bots.sql")),
-    (7, include_str!("../../migrations/sqlite/0007_widget.sql")),
-    (8, include_str!("../../migrations/sqlite/0008_console.sql")),
-    (9, include_str!("../../migrations/sqlite/0009_notices.sql")),
-    (
-        10,
-        include_str!("../../migrations/sqlite/0010_event_log_writes.sql"),
-    ),
-    (
-        11,
-        include_str!("../../migrations/sqlite/0011_outbox_pending.sql"),
-    ),
-    (
-        12,
-        include_str!("../../migrations/sqlite/0012_outbox_heads.sql"),
-    ),
-    (
-        13,
-        include_str!("../../migrations/sqlite/0013_outbox_pending_order.sql"),
-    ),
-    (
-        15,
-        include_str!("../../migrations/sqlite/0015_instances.sql"),
-    ),
-    (
-        17,
-        include_str!("../../migrations/sqlite/0017_plugin_outcomes.sql"),
-    ),
-];
-
-/// PostgreSQL's schema: the same tables, columns and meaning as
-/// [`SQLITE_MIGRATIONS`], step for step, in PostgreSQL's dialect; steps 14
-/// and 16 are PostgreSQL's alone (storage parameters, and an index SQLite
-/// keeps as it is: it has no heap-only updates to make room for; the
-/// webhook sequence of writers side by side: SQLite has one writer).
-const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
-    (
-        1,
-        include_str!("../../migrations/postgres/0001_channel.sql"),
-    ),
-    (
-        2,
-        include_str!("../../migrations/postgres/0002_plugins.sql"),
-    ),
-    (
-        3,
-        include_str!("../../migrations/postgres/0003_webhooks_crm.sql"),
-    ),
-    (
-        4,
-        include_str!("../../migrations/postgres/0004_crm_indexes.sql"),
-    ),
-    (
-        5,
-        include_str!("../../migrations/postgres/0005_delivery_fixes.sql"),
-    ),
-    (6, include_str!("../../migrations/postgres/0006_bots.sql")),
-    (7, include_str!("../../migrations/postgres/0007_widget.sql")),
-    (
-        8,
-        include_str!("../../migrations/postgres/0008_console.sql"),
-    ),
-    (
-        9,
-        include_str!("../../migrations/postgres/0009_notices.sql"),
-    ),
-    (
-        10,
-        include_str!("../../migrations/postgres/0010_event_log_writes.sql"),
-    ),
-    (
-        11,
-        include_str!("../../migrations/postgres/0011_outbox_pending.sql"),
-    ),
-    (
-        12,
-        include_str!("../../migrations/postgres/0012_outbox_heads.sql"),
-    ),
-    (
-        13,
-        include_str!("../../migrations/postgres/0013_outbox_pending_order.sql"),
-    ),
-    (
-        14,
-        include_str!("../../migrations/postgres/0014_outbox_hot_claims.sql"),
-    ),
-    (
-        15,
-        include_str!("../../migrations/postgres/0015_instances.sql"),
-    ),
-    (
-        16,
-        include_str!("../../migrations/postgres/0016_row_mode.sql"),
-    ),
-    (
-        17,
-        include_str!("../../migrations/postgres/0017_plugin_outcomes.sql"),
-    ),
-];
-
 /// A PostgreSQL connection idle for this long is pinged before it is handed
 /// out; one returned more recently was pinged when it came back.
 const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
@@ -565,7 +456,7 @@ impl Store {
             readers: None,
             identity: Arc::new(instances::Identity::anonymous()),
         };
-        let first: Vec<(i64, &str)> = SQLITE_MIGRATIONS
+        let first: Vec<(i64, &str)> = migrate::SQLITE_MIGRATIONS
             .iter()
             .copied()
             .filter(|(v, _)| *v <= upto)
@@ -696,99 +587,6 @@ impl Store {
         Ok(WriteTx { tx: TxConn(inner) })
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
-        match self.backend {
-            Backend::Sqlite => self.apply(SQLITE_MIGRATIONS).await,
-            Backend::Postgres => self.apply_postgres(POSTGRES_MIGRATIONS).await,
-        }
-    }
-
-    /// Applies PostgreSQL's pending migrations in one transaction under the
-    /// write lock: instances starting together on an empty database take
-    /// turns, and the later ones find the schema done (creating even the
-    /// migrations table unlocked would race: `IF NOT EXISTS` is no lock).
-    async fn apply_postgres(&self, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with(PG_BEGIN_WRITE)
-            .await
-            .ctx("locking the schema")?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS schema_migrations \
-             (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await
-        .ctx("creating the migrations table")?;
-        let done: Vec<(i64,)> = sqlx::query_as("SELECT version FROM schema_migrations")
-            .fetch_all(&mut *tx)
-            .await
-            .ctx("reading applied migrations")?;
-        let mut applied = Vec::new();
-        for (version, sql) in migrations {
-            if done.iter().any(|(v,)| v == version) {
-                continue;
-            }
-            sqlx::raw_sql(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(|source| StoreError::Migration {
-                    version: *version,
-                    source,
-                })?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                .bind(*version)
-                .bind(crate::clock::now_ms())
-                .execute(&mut *tx)
-                .await
-                .ctx("recording a migration")?;
-            applied.push(*version);
-        }
-        tx.commit().await.ctx("committing the migrations")?;
-        for version in applied {
-            tracing::info!(version, "applied migration");
-        }
-        Ok(())
-    }
-
-    async fn apply(&self, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
-        self.pool
-            .execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations \
-                 (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-            )
-            .await
-            .ctx("creating the migrations table")?;
-        for (version, sql) in migrations {
-            let mut w = self.begin_write().await?;
-            let done: Option<(i64,)> =
-                sqlx::query_as("SELECT version FROM schema_migrations WHERE version = $1")
-                    .bind(*version)
-                    .fetch_optional(&mut *w.tx)
-                    .await
-                    .ctx("reading applied migrations")?;
-            if done.is_some() {
-                continue;
-            }
-            sqlx::raw_sql(sql)
-                .execute(&mut *w.tx)
-                .await
-                .map_err(|source| StoreError::Migration {
-                    version: *version,
-                    source,
-                })?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                .bind(*version)
-                .bind(crate::clock::now_ms())
-                .execute(&mut *w.tx)
-                .await
-                .ctx("recording a migration")?;
-            w.commit().await?;
-            tracing::info!(version, "applied migration");
-        }
-        Ok(())
-    }
-
     /// A value of the `settings` table, created with `init` on first use.
     pub async fn setting_or_init(
         &self,
@@ -821,264 +619,6 @@ impl Store {
         }
         self.pool.close().await;
     }
-}
-
-/// Settings of every SQLite connection; the writer adds its durability.
-const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;";
-
-/// How often the WAL is copied back into the database file. The WAL restart
-/// (below) holds the writer while it copies what was written since the last
-/// checkpoint: at 250 ms that was up to 4.7 ms, and the acknowledgement p99
-/// at half the benchmark's rate 7.5–10.5 ms; at 100 ms, 5.1–6.6 ms for the
-/// same throughput.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
-
-/// WAL pages past which the writer starts the WAL over (16 MiB of 4 KiB pages).
-const WAL_LIMIT_PAGES: i64 = 4096;
-
-/// Copies the WAL back into the database file from a reader connection, in
-/// the background, until the store is closed. Left to SQLite, the commit
-/// that crosses 1000 WAL pages does it, and every group waiting on that
-/// commit waits for it too (p99 8 ms against 2 ms without). `PASSIVE` never
-/// waits for the writer. Under steady writes the WAL is never wholly copied
-/// at a moment a new transaction starts, so SQLite never starts it over:
-/// past [`WAL_LIMIT_PAGES`] the writer restarts it between two groups
-/// (cheap then: the pages are copied already; `RESTART` reuses the file
-/// where `TRUNCATE` also shrank it, which cost p999 15–20 ms against ~11).
-async fn checkpoints(pool: AnyPool, writer: std::sync::Weak<writer::Group>) {
-    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // A full disk fails every tick: one warning per spell, not four a second.
-    let mut failing = false;
-    loop {
-        tick.tick().await;
-        if pool.is_closed() {
-            return;
-        }
-        let pages: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&pool)
-            .await;
-        match pages {
-            Ok((_, log, _)) if log > WAL_LIMIT_PAGES => {
-                let Some(writer) = writer.upgrade() else {
-                    return;
-                };
-                if let Err(e) = writer.restart_wal().await {
-                    tracing::warn!(error = %e, "WAL restart failed; retrying");
-                }
-            }
-            Ok(_) => failing = false,
-            Err(e) => {
-                if pool.is_closed() {
-                    return;
-                }
-                if !failing {
-                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying quietly until it succeeds");
-                }
-                failing = true;
-            }
-        }
-    }
-}
-
-/// A SQLite connection of its own, set up as the pool's connections are.
-async fn connect_sqlite(url: &str) -> Result<AnyConnection, StoreError> {
-    let mut conn = AnyConnection::connect(url)
-        .await
-        .ctx("connecting to the database")?;
-    conn.execute(SQLITE_PRAGMAS)
-        .await
-        .ctx("setting up the database connection")?;
-    Ok(conn)
-}
-
-/// SQLite's [`Readers`].
-async fn open_readers(url: &str) -> Result<Readers, StoreError> {
-    let mut conns = Vec::with_capacity(HOT_READERS);
-    for _ in 0..HOT_READERS {
-        conns.push(Mutex::new(connect_sqlite(url).await?));
-    }
-    Ok(Readers {
-        conns,
-        next: Default::default(),
-    })
-}
-
-/// SQLite's writer connection, with the group commit around it.
-async fn open_writer(url: &str, durability: Durability) -> Result<Arc<writer::Group>, StoreError> {
-    let mut conn = connect_sqlite(url).await?;
-    // `full` on a WAL: the commit itself does not sync; the group's answer
-    // waits for a sync of the WAL file on a thread of its own (see `writer`).
-    let wal = match durability {
-        Durability::Full => wal_file(&mut conn).await?,
-        Durability::Normal => None,
-    };
-    let synchronous = if wal.is_some() {
-        Durability::Normal
-    } else {
-        durability
-    };
-    conn.execute(synchronous.pragma())
-        .await
-        .ctx("setting the durability")?;
-    // Savepoint journals and the ingress batch table in memory, not in temp
-    // files; a larger page cache for the one connection that writes; no
-    // checkpoint inside a commit (see `checkpoints`); and a WAL file that
-    // grew while a restart was late (a busy machine) is cut back to the
-    // limit by the first write after the restart.
-    conn.execute(
-        format!(
-            "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384; \
-             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {};",
-            WAL_LIMIT_PAGES * 4096
-        )
-        .as_str(),
-    )
-    .await
-    .ctx("setting up the writer connection")?;
-    writer::Group::start(conn, wal)
-        .map_err(sqlx::Error::Io)
-        .ctx("starting the WAL sync thread")
-}
-
-/// The WAL file of the writer's database, when it is in WAL mode on a file.
-async fn wal_file(conn: &mut AnyConnection) -> Result<Option<PathBuf>, StoreError> {
-    let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
-        .fetch_one(&mut *conn)
-        .await
-        .ctx("reading the journal mode")?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Ok(None);
-    }
-    let (file,): (String,) =
-        sqlx::query_as("SELECT file FROM pragma_database_list WHERE name = 'main'")
-            .fetch_one(&mut *conn)
-            .await
-            .ctx("reading the database's file name")?;
-    Ok((!file.is_empty()).then(|| PathBuf::from(format!("{file}-wal"))))
-}
-
-/// Makes sure the SQLite file's directory exists and that the file is created.
-fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
-    let rest = url
-        .trim_start_matches("sqlite://")
-        .trim_start_matches("sqlite:");
-    let path = rest.split('?').next().unwrap_or_default();
-    if !path.is_empty()
-        && path != ":memory:"
-        && let Some(dir) = std::path::Path::new(path).parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
-            path: dir.display().to_string(),
-            source,
-        })?;
-    }
-    if url.contains("mode=") {
-        Ok(url.to_owned())
-    } else if url.contains('?') {
-        Ok(format!("{url}&mode=rwc"))
-    } else {
-        Ok(format!("{url}?mode=rwc"))
-    }
-}
-
-/// Connects once to the PostgreSQL database at `url` within `timeout`,
-/// pings it and closes again: `hub check` with a PostgreSQL URL, and the
-/// first step of [`Store::open`] there. The error names the database, the
-/// host and the port (never the password): [`StoreError::Unreachable`].
-pub async fn probe_postgres(url: &str, timeout: Duration) -> Result<(), StoreError> {
-    use std::str::FromStr;
-    let options = match sqlx::postgres::PgConnectOptions::from_str(url) {
-        Ok(options) => options,
-        Err(e) => {
-            return Err(StoreError::Unreachable {
-                target: redacted_url(url),
-                reason: scrub(&format!("not a PostgreSQL URL: {e}"), url),
-            });
-        }
-    };
-    let target = postgres_target(&options);
-    let attempt = async {
-        let mut conn = sqlx::PgConnection::connect_with(&options).await?;
-        conn.ping().await?;
-        conn.close().await
-    };
-    match tokio::time::timeout(timeout, attempt).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(StoreError::Unreachable {
-            target,
-            reason: scrub(&e.to_string(), url),
-        }),
-        Err(_) => Err(StoreError::Unreachable {
-            target,
-            reason: format!("no connection within {} ms", timeout.as_millis()),
-        }),
-    }
-}
-
-/// `database `hub` on 127.0.0.1:5432 as user `hub``: where a connection goes.
-fn postgres_target(options: &sqlx::postgres::PgConnectOptions) -> String {
-    let user = options.get_username();
-    // Without a database in the URL, PostgreSQL takes the user's name.
-    let database = options.get_database().unwrap_or(user);
-    let place = match options.get_socket() {
-        Some(socket) => format!("socket {}", socket.display()),
-        None => format!("{}:{}", options.get_host(), options.get_port()),
-    };
-    format!("database `{database}` on {place} as user `{user}`")
-}
-
-/// `url` with the password of its user info, if any, replaced by `***`:
-/// a database URL fit for logs and messages.
-pub fn redacted_url(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[start..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    match authority[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..start],
-            &authority[..colon],
-            &url[start + at..]
-        ),
-        None => url.to_owned(),
-    }
-}
-
-/// `text` without the password of `url` in it, should a driver's message
-/// ever quote it.
-fn scrub(text: &str, url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return text.to_owned();
-    };
-    let rest = &url[start..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let password = authority
-        .rfind('@')
-        .and_then(|at| authority[..at].split_once(':'))
-        .map(|(_, password)| password)
-        .filter(|p| !p.is_empty());
-    match password {
-        Some(password) => text
-            .replace(password, "***")
-            .replace(&percent_decoded(password), "***"),
-        None => text.to_owned(),
-    }
-}
-
-/// `%XX` escapes of a URL part decoded (others left as they are).
-fn percent_decoded(part: &str) -> String {
-    percent_encoding::percent_decode_str(part)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 /// Whether `conn` talks to PostgreSQL: the batch writers take another way
@@ -1140,6 +680,8 @@ pub(crate) fn flag(v: i64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::open::{CHECKPOINT_EVERY, WAL_LIMIT_PAGES};
+    use super::url::{postgres_target, scrub};
     use super::*;
 
     #[test]
