@@ -392,20 +392,7 @@ impl Plugin {
                     ),
                 ));
             }
-            // A start function still running at the deadline ran out of
-            // time like any guest code: a timeout, not a broken plugin.
-            Some(Err(Failure::Instantiate(e))) if is_interrupt(&e) => {
-                return Err(self.error(
-                    ErrorKind::Timeout,
-                    format!(
-                        "still starting after {} ms",
-                        self.scope.limits.timeout.as_millis()
-                    ),
-                ));
-            }
-            Some(Err(Failure::Instantiate(e))) => {
-                return Err(self.error(ErrorKind::Instantiate, format!("{e:#}")));
-            }
+            Some(Err(Failure::Instantiate(e))) => return Err(self.instantiate_failure(&e)),
             Some(Err(Failure::Call(e))) => return Err(self.classify(state, &e)),
             Some(Ok(answer)) => answer,
         };
@@ -566,9 +553,7 @@ impl Plugin {
                     self.scope.limits.timeout.as_millis()
                 ),
             )),
-            Some(Err(Failure::Instantiate(e))) => {
-                Err(self.error(ErrorKind::Instantiate, format!("{e:#}")))
-            }
+            Some(Err(Failure::Instantiate(e))) => Err(self.instantiate_failure(&e)),
             Some(Err(Failure::Call(e))) => {
                 let mut e = self.classify(store.data(), &e);
                 e.message = format!("{export}: {}", e.message);
@@ -607,6 +592,22 @@ impl Plugin {
             ));
         }
         Ok(needs)
+    }
+
+    /// What an instantiation that failed comes to. A start function still
+    /// running at the deadline ran out of time like any guest code: a
+    /// timeout, not a broken plugin.
+    fn instantiate_failure(&self, e: &wasmtime::Error) -> PluginError {
+        if is_interrupt(e) {
+            return self.error(
+                ErrorKind::Timeout,
+                format!(
+                    "still starting after {} ms",
+                    self.scope.limits.timeout.as_millis()
+                ),
+            );
+        }
+        self.error(ErrorKind::Instantiate, format!("{e:#}"))
     }
 
     /// Names what stopped the guest: a host import's own reason, the memory
