@@ -1130,9 +1130,8 @@ async fn a_visitors_stream_resumes_after_its_last_event_id_in_order_and_once_acr
 }
 
 /// A page's stream is open once its answer's headers arrive: whatever is
-/// written after that reaches it, however soon. (The hub once fixed a new
-/// stream's starting point only after answering, so a message written at
-/// once could fall before it and never come: seen on a loaded machine.)
+/// written after that reaches it, however soon (a starting point fixed
+/// after answering would let a message written at once fall before it).
 #[tokio::test]
 async fn a_message_written_the_moment_a_stream_opens_still_reaches_it() {
     let site = Site::open().await;
