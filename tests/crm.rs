@@ -1360,7 +1360,7 @@ async fn deal_ground(o: &Office) -> (i64, i64) {
 async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written() {
     // Dropped: the agent hears why (409), nothing is written or sent.
     let o = office_with_plugin(
-        "\"crm.deal.*\"",
+        "\"agent.crm.deal.*\"",
         "fault = \"drop\"\nreason = \"deals are frozen\"",
         "reject",
     )
@@ -1378,12 +1378,12 @@ async fn a_plugin_on_crm_events_may_drop_or_refuse_a_deal_before_it_is_written()
     );
 
     // Refused (a plugin failing on a rejecting route): 503, nothing written.
-    let o = office_with_plugin("\"crm.deal.create\"", "fault = \"error\"", "reject").await;
+    let o = office_with_plugin("\"agent.crm.deal.create\"", "fault = \"error\"", "reject").await;
     let (status, v) = first_deal(&o, "Big one").await;
     assert_eq!(status, 503, "{v}");
     assert_eq!(v["error"]["code"], "unavailable");
     assert_eq!(get(&o.ann, "deals").await["deals"], json!([]));
-    let logged = event_log(&o, "crm.deal.create").await;
+    let logged = event_log(&o, "agent.crm.deal.create").await;
     assert!(
         logged.is_empty(),
         "a refused change is no event: {logged:?}"
@@ -1395,7 +1395,7 @@ async fn a_plugin_may_change_a_deal_and_the_changed_deal_is_stored_and_logged() 
     // The plugin replaces the fields with its own: ids 1 are the first
     // pipeline and client of a fresh hub, checked below.
     let o = office_with_plugin(
-        "\"crm.deal.create\"",
+        "\"agent.crm.deal.create\"",
         "fault = \"replace\"\n[plugins.config.payload.fields]\nclient_id = 1\n\
          title = \"Renamed by a plugin\"\npipeline_id = 1\ntext = \"checked\"",
         "reject",
@@ -1412,11 +1412,11 @@ async fn a_plugin_may_change_a_deal_and_the_changed_deal_is_stored_and_logged() 
     assert_eq!(webhook["event"]["title"], "Renamed by a plugin");
 
     // The change is a row of the event log, as the plugins left it.
-    let logged = event_log(&o, "crm.deal.create").await;
+    let logged = event_log(&o, "agent.crm.deal.create").await;
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(logged[0].payload["fields"]["title"], "Renamed by a plugin");
     // Changes no plugin watches are logged too, with the agent and the id.
-    let created = event_log(&o, "crm.pipeline.create").await;
+    let created = event_log(&o, "agent.crm.pipeline.create").await;
     assert_eq!(created.len(), 1, "{created:?}");
     assert_eq!(created[0].payload["agent"]["email"], "ann@example.com");
     assert_eq!(created[0].payload["fields"]["title"], "Sales");

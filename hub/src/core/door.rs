@@ -83,7 +83,7 @@ pub enum Inbound<'a> {
         visitor: &'a Client,
         action: WidgetAction,
     },
-    /// An agent's change to the CRM (`crm.<entity>.<verb>`).
+    /// An agent's change to the CRM (`agent.crm.<entity>.<verb>`).
     Crm {
         agent: &'a Agent,
         change: CrmChange,

@@ -1,6 +1,6 @@
 //! An agent's CRM changes (pipelines, client categories, tags, deals, tasks,
 //! organizations and clients) and their rules. The agent API parses a
-//! request into a [`CrmChange`]; the door turns it into a `crm.<entity>.<verb>`
+//! request into a [`CrmChange`]; the door turns it into an `agent.crm.<entity>.<verb>`
 //! event that crosses the pipeline before anything is written, so a plugin
 //! may refuse, drop or change it. What the plugins left (`fields`) is then
 //! checked and written here in one transaction with the event itself, its
@@ -161,10 +161,10 @@ pub struct CrmChange {
 }
 
 impl CrmChange {
-    /// The change's inbound event `crm.<entity>.<verb>`: the agent, the id
+    /// The change's inbound event `agent.crm.<entity>.<verb>`: the agent, the id
     /// the path names (when it names one) and the fields.
     pub(super) fn event(&self, agent: &Agent) -> Event {
-        let kind = format!("crm.{}.{}", self.entity.name(), self.verb.name());
+        let kind = format!("agent.crm.{}.{}", self.entity.name(), self.verb.name());
         let mut payload = json!({
             "agent": { "id": agent.id, "name": agent.name, "email": agent.email },
         });
