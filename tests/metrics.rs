@@ -235,6 +235,12 @@ async fn metrics_follow_requests_events_deliveries_replies_and_streams() {
         ("hub_webhook_replies_total", "counter"),
         ("hub_db_connections", "gauge"),
         ("hub_live_streams", "gauge"),
+        ("hub_store_wal_restarts_total", "counter"),
+        ("hub_store_wal_restart_seconds_total", "counter"),
+        ("hub_store_wal_restart_seconds_max", "gauge"),
+        ("hub_store_wal_syncs_total", "counter"),
+        ("hub_store_wal_sync_seconds_total", "counter"),
+        ("hub_store_wal_sync_seconds_max", "gauge"),
     ] {
         assert!(
             m.text.contains(&format!("# HELP {family} ")),

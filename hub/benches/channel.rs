@@ -12,7 +12,9 @@
 //! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
 //! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s),
-//! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`).
+//! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`),
+//! BENCH_BUSY_DISK=<MiB/s> (another writer on the databases' disk meanwhile,
+//! synced per MiB: what `durability = "full"` costs when the disk is shared).
 //!
 //! Side by side: `BENCH_AB=<path of another hub binary>` runs this build's
 //! `hub serve` and that one alternately (`BENCH_AB_ROUNDS`, default 3),
@@ -56,7 +58,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod common;
 
-use common::{CpuClock, create_channel, env_or, guard_backtraces, memory_kib, plugins_dir};
+use common::{
+    BusyDisk, CpuClock, create_channel, env_or, guard_backtraces, memory_kib, plugins_dir,
+};
 
 #[path = "channel/ab.rs"]
 mod ab;
@@ -116,6 +120,7 @@ const SETUPS: [Setup; 4] = [
 ];
 
 async fn bench() {
+    let _busy_disk = BusyDisk::from_env();
     let secs = env_or("BENCH_SECS", 5);
     let conns = env_or("BENCH_CONNS", 32) as usize;
     let replies = env_or("BENCH_REPLIES", 5000) as usize;
@@ -683,13 +688,17 @@ fn waits_meanwhile(before: &[(f64, f64); 2], after: &[(f64, f64); 2], items: u64
     )
 }
 
-/// The hub's plugin counters (`hub_plugin_…` series but the histogram's),
-/// from its `/metrics`: series with its labels → value.
+/// The hub's plugin counters (`hub_plugin_…` series but the histogram's)
+/// and its WAL restarts (`hub_store_wal_…`), from its `/metrics`: series
+/// with its labels → value.
 async fn plugin_counters(base: &str) -> BTreeMap<String, f64> {
     metrics_text(base)
         .await
         .lines()
-        .filter(|l| l.starts_with("hub_plugin_") && !l.contains("_duration_seconds"))
+        .filter(|l| {
+            (l.starts_with("hub_plugin_") && !l.contains("_duration_seconds"))
+                || l.starts_with("hub_store_wal_")
+        })
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
             Some((series.to_owned(), value.parse().ok()?))
@@ -746,6 +755,32 @@ fn plugins_meanwhile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f6
     for c in calls {
         text += "; ";
         text += &c;
+    }
+    // With `full`, every acknowledgement waits for a WAL sync: the disk's part.
+    let syncs = delta("hub_store_wal_syncs_total");
+    if syncs > 0.0 {
+        text += &format!(
+            "; WAL syncs {syncs}, {:.1} ms each (longest since start {:.1} ms)",
+            delta("hub_store_wal_sync_seconds_total") / syncs * 1e3,
+            after
+                .get("hub_store_wal_sync_seconds_max")
+                .copied()
+                .unwrap_or(0.0)
+                * 1e3
+        );
+    }
+    // Every write of the hub waits while a WAL restart holds the writer.
+    let restarts = delta("hub_store_wal_restarts_total");
+    if restarts > 0.0 {
+        text += &format!(
+            "; WAL restarts {restarts}, holding the writer {:.1} ms each (longest since start {:.1} ms)",
+            delta("hub_store_wal_restart_seconds_total") / restarts * 1e3,
+            after
+                .get("hub_store_wal_restart_seconds_max")
+                .copied()
+                .unwrap_or(0.0)
+                * 1e3
+        );
     }
     text
 }

@@ -252,6 +252,16 @@ pub struct Registry {
     /// waited for their mode, [exclusive, row].
     write_turns: [AtomicU64; 2],
     write_turn_micros: [AtomicU64; 2],
+    /// SQLite WAL restarts: how many, the microseconds they held the
+    /// writer in all, and the longest.
+    wal_restarts: AtomicU64,
+    wal_restart_micros: AtomicU64,
+    wal_restart_max_micros: AtomicU64,
+    /// `durability = "full"`: the WAL syncs the acknowledgements waited
+    /// for, the microseconds they took in all, and the longest.
+    wal_syncs: AtomicU64,
+    wal_sync_micros: AtomicU64,
+    wal_sync_max_micros: AtomicU64,
     streams: [AtomicI64; Edge::ALL.len()],
 }
 
@@ -275,6 +285,12 @@ impl Registry {
             bot_refusals: zeros(),
             write_turns: zeros(),
             write_turn_micros: zeros(),
+            wal_restarts: AtomicU64::new(0),
+            wal_restart_micros: AtomicU64::new(0),
+            wal_restart_max_micros: AtomicU64::new(0),
+            wal_syncs: AtomicU64::new(0),
+            wal_sync_micros: AtomicU64::new(0),
+            wal_sync_max_micros: AtomicU64::new(0),
             streams: [const { AtomicI64::new(0) }; Edge::ALL.len()],
         }
     }
@@ -345,6 +361,31 @@ impl Registry {
         self.write_turn_micros[m].fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// A SQLite WAL restart held the writer (every write of the process
+    /// waited) for `held`.
+    pub fn wal_restarted(&self, held: Duration) {
+        timed(
+            [
+                &self.wal_restarts,
+                &self.wal_restart_micros,
+                &self.wal_restart_max_micros,
+            ],
+            held,
+        );
+    }
+
+    /// A sync of the SQLite WAL that acknowledgements waited for took `took`.
+    pub fn wal_synced(&self, took: Duration) {
+        timed(
+            [
+                &self.wal_syncs,
+                &self.wal_sync_micros,
+                &self.wal_sync_max_micros,
+            ],
+            took,
+        );
+    }
+
     /// Counts a live stream as open until the guard is dropped.
     pub fn stream_opened(&'static self, kind: Edge) -> StreamGuard {
         self.streams[kind as usize].fetch_add(1, Ordering::Relaxed);
@@ -404,6 +445,47 @@ impl Registry {
                     let _ = writeln!(out, "{name}{{mode=\"{mode}\"}} {n}");
                 }
             }
+        }
+        for (name, kind, help, value) in [
+            (
+                "hub_store_wal_restarts_total",
+                "counter",
+                "SQLite WAL restarts (each holds every write of the process while it copies and syncs the WAL's last frames).",
+                load(&self.wal_restarts) as f64,
+            ),
+            (
+                "hub_store_wal_restart_seconds_total",
+                "counter",
+                "Time SQLite WAL restarts held the writer.",
+                load(&self.wal_restart_micros) as f64 / 1e6,
+            ),
+            (
+                "hub_store_wal_restart_seconds_max",
+                "gauge",
+                "The longest a SQLite WAL restart held the writer since the process started.",
+                load(&self.wal_restart_max_micros) as f64 / 1e6,
+            ),
+            (
+                "hub_store_wal_syncs_total",
+                "counter",
+                "SQLite with durability = \"full\": syncs of the WAL that acknowledgements waited for (one per group of commits).",
+                load(&self.wal_syncs) as f64,
+            ),
+            (
+                "hub_store_wal_sync_seconds_total",
+                "counter",
+                "Time those syncs took.",
+                load(&self.wal_sync_micros) as f64 / 1e6,
+            ),
+            (
+                "hub_store_wal_sync_seconds_max",
+                "gauge",
+                "The longest of those syncs since the process started: what the disk added to an acknowledgement at worst.",
+                load(&self.wal_sync_max_micros) as f64 / 1e6,
+            ),
+        ] {
+            header(out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
         }
         let name = "hub_live_streams";
         header(
@@ -600,6 +682,14 @@ pub fn bot_refusal(reason: BotRefusal) {
     REGISTRY.bot_refusal(reason);
 }
 
+pub fn wal_restarted(held: Duration) {
+    REGISTRY.wal_restarted(held);
+}
+
+pub fn wal_synced(took: Duration) {
+    REGISTRY.wal_synced(took);
+}
+
 pub fn write_turn_waited(exclusive: bool, waited: Duration) {
     REGISTRY.write_turn_waited(exclusive, waited);
 }
@@ -657,6 +747,14 @@ pub fn escape(label: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Counts one occurrence in `[count, micros, max micros]`.
+fn timed([count, total, max]: [&AtomicU64; 3], took: Duration) {
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    count.fetch_add(1, Ordering::Relaxed);
+    total.fetch_add(micros, Ordering::Relaxed);
+    max.fetch_max(micros, Ordering::Relaxed);
 }
 
 fn load(n: &AtomicU64) -> u64 {
@@ -739,6 +837,32 @@ mod tests {
         assert!(out.contains("hub_delivery_attempts_total{attempt=\"1\"} 2\n"));
         assert!(out.contains("hub_delivery_attempts_total{attempt=\"2\"} 1\n"));
         assert!(out.contains("hub_delivery_attempts_total{attempt=\"10+\"} 2\n"));
+    }
+
+    #[test]
+    fn wal_restarts_and_syncs_add_up_and_the_longest_is_kept() {
+        let r = Registry::new();
+        assert!(rendered(&r).contains("hub_store_wal_restarts_total 0\n"));
+        r.wal_restarted(Duration::from_millis(7));
+        r.wal_restarted(Duration::from_millis(3));
+        let out = rendered(&r);
+        assert!(out.contains("hub_store_wal_restarts_total 2\n"), "{out}");
+        assert!(
+            out.contains("hub_store_wal_restart_seconds_total 0.01\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("hub_store_wal_restart_seconds_max 0.007\n"),
+            "{out}"
+        );
+        r.wal_synced(Duration::from_micros(1500));
+        let out = rendered(&r);
+        assert!(out.contains("hub_store_wal_syncs_total 1\n"), "{out}");
+        assert!(
+            out.contains("hub_store_wal_sync_seconds_max 0.0015\n"),
+            "{out}"
+        );
+        assert!(out.contains("hub_store_wal_restarts_total 2\n"), "{out}");
     }
 
     #[test]

@@ -149,3 +149,69 @@ pub async fn create_channel(
     let endpoint = channel["endpoint_url"].as_str().expect("endpoint");
     endpoint.trim_start_matches(base).to_owned()
 }
+
+/// With `BENCH_BUSY_DISK=<MiB/s>`: another process's writes on the disk the
+/// benchmark's databases are on, for as long as the guard lives: a thread
+/// that writes that many MiB a second to a file in the temporary directory
+/// and syncs after every MiB (a log shipper, a backup, a build). What a
+/// commit's or a WAL restart's sync costs depends on it far more than on
+/// the hub.
+pub struct BusyDisk {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BusyDisk {
+    pub fn from_env() -> Option<BusyDisk> {
+        let rate = env_or("BENCH_BUSY_DISK", 0);
+        if rate == 0 {
+            return None;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::io::{Seek, Write};
+            use std::sync::atomic::Ordering;
+            let Ok(mut file) = tempfile::tempfile() else {
+                return;
+            };
+            let chunk = vec![0x5a_u8; 1 << 20];
+            let started = std::time::Instant::now();
+            let mut written = 0_u64;
+            while !stopping.load(Ordering::Relaxed) {
+                // 64 MiB, then over again: the disk sees writes, not growth.
+                if written % 64 == 0 && file.rewind().is_err() {
+                    return;
+                }
+                if file
+                    .write_all(&chunk)
+                    .and_then(|()| file.sync_data())
+                    .is_err()
+                {
+                    return;
+                }
+                written += 1;
+                let due = std::time::Duration::from_secs_f64(written as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        });
+        println!(
+            "a busy disk: another writer puts {rate} MiB/s on the temporary directory's disk, synced per MiB"
+        );
+        Some(BusyDisk {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for BusyDisk {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

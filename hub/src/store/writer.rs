@@ -182,12 +182,16 @@ impl Group {
     /// database file so that the next group writes it from its start.
     pub(super) async fn restart_wal(&self) -> Result<(), StoreError> {
         let mut writer = self.writer.lock().await;
+        let held = std::time::Instant::now();
         writer.flush(&self.health).await;
         writer
             .conn
             .execute("PRAGMA wal_checkpoint(RESTART)")
             .await
             .ctx("restarting the WAL")?;
+        let held = held.elapsed();
+        crate::obs::wal_restarted(held);
+        tracing::debug!(held_ms = held.as_secs_f64() * 1e3, "WAL restarted");
         Ok(())
     }
 
@@ -272,12 +276,16 @@ impl Syncer {
                     while let Ok(more) = pending.try_recv() {
                         waiters.extend(more);
                     }
+                    let syncing = std::time::Instant::now();
                     let result = sync_wal(&wal, &mut file).map_err(|e| {
                         file = None;
                         format!("syncing the write-ahead log {}: {e}", wal.display())
                     });
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, waiting = waiters.len(), "a WAL sync failed");
+                    match &result {
+                        Ok(()) => crate::obs::wal_synced(syncing.elapsed()),
+                        Err(e) => {
+                            tracing::error!(error = %e, waiting = waiters.len(), "a WAL sync failed");
+                        }
                     }
                     health.record(&result);
                     answer(waiters, &result);
