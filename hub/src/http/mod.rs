@@ -4,21 +4,21 @@
 //! long a client may take to send a request, and drains connections on
 //! shutdown.
 
-pub mod admin;
-pub mod agents;
-pub mod bots;
-pub mod channel;
-pub mod console;
+pub(crate) mod admin;
+pub(crate) mod agents;
+pub(crate) mod bots;
+pub(crate) mod channel;
+pub(crate) mod console;
 pub mod geoip;
-pub mod layer;
-pub mod limits;
-pub mod live_stream;
-pub mod metrics;
-pub mod problem;
-pub mod respond;
-pub mod session;
+pub(crate) mod layer;
+pub(crate) mod limits;
+pub(crate) mod live_stream;
+pub(crate) mod metrics;
+pub(crate) mod problem;
+pub(crate) mod respond;
+pub(crate) mod session;
 mod state;
-pub mod widget;
+pub(crate) mod widget;
 
 pub use state::App;
 
