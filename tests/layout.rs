@@ -1,8 +1,9 @@
 //! The dependency rules of ARCHITECTURE.md, checked on the source: arrows
 //! point down (edges → core → pipeline/runtime/delivery → store/outbound),
 //! only `store/` names sqlx, only `runtime/` names wasmtime, the outbound
-//! client imports nothing of the hub, edges never call other edges, and
-//! `plugin-api` never depends on `hub`.
+//! client imports nothing of the hub, edges never call other edges, only
+//! the edges' layer checks credentials and limits, and `plugin-api` never
+//! depends on `hub`.
 
 use std::path::{Path, PathBuf};
 
@@ -150,6 +151,43 @@ fn edges_never_call_other_edges() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn only_the_layer_checks_credentials_and_limits() {
+    // `route` passes every request through `http/layer.rs` before its
+    // handler: the credential the edge declares and the limits that apply.
+    // A handler holds only its interface's steps, so none of them counts a
+    // request, a failed credential or compares a secret. The connection cap
+    // is the server's (`mod.rs`), `/metrics` reads its counters, and the
+    // CSRF token is a session's (`session.rs`).
+    let http = hub_src().join("http");
+    let beside = ["layer.rs", "limits.rs", "mod.rs", "state.rs"];
+    let mut wrong = Vec::new();
+    for (path, text) in sources(&http) {
+        if beside.iter().any(|f| path == http.join(f)) {
+            continue;
+        }
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for needle in ["limits::", "app.limits.", "widget_limits", "bearer("] {
+            for (n, line) in code_lines(code, needle) {
+                if line.contains("app.limits.connections") {
+                    continue;
+                }
+                wrong.push(format!("{}:{n}: {}", path.display(), line.trim()));
+            }
+        }
+        if path != http.join("session.rs") {
+            for (n, line) in code_lines(code, "constant_time_eq(") {
+                wrong.push(format!("{}:{n}: {}", path.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "credential checks or limits outside http/layer.rs:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The actions the door dispatches to, each by the name of its method.

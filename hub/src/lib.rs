@@ -11,11 +11,11 @@ pub mod app;
 pub mod clock;
 pub mod config;
 pub mod core;
-pub mod delivery;
+pub(crate) mod delivery;
 pub mod event;
 pub mod http;
 pub mod ids;
-pub mod obs;
+pub(crate) mod obs;
 pub mod outbound;
 pub mod pipeline;
 #[cfg(test)]

@@ -6,27 +6,48 @@
 //! through one injected [`Env`]. The result carries what the checks produced
 //! (destination headers expanded and marked sensitive), so nothing reads the
 //! environment or expands a value again later.
+//!
+//! One file per section holds its keys, defaults and checks (`server.rs`,
+//! `limits.rs`, `storage.rs`, `delivery.rs`, `channels.rs`, `access.rs` for
+//! `[admin]`, `[console]` and `[metrics]`, `log.rs`, `geoip.rs`, and
+//! `bots.rs`, `calls.rs`, `outbound.rs`, `webhooks.rs`, `wiring.rs`); this
+//! file keeps the whole, loading, the `HUB_*` overrides and the order in
+//! which the checks run, and each problem names its key (the error, the file).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
+mod access;
 mod bots;
 mod calls;
+mod channels;
+mod delivery;
 mod env;
 #[cfg(test)]
 mod fixtures;
+mod geoip;
+mod limits;
+mod log;
 mod outbound;
+mod server;
+mod storage;
 mod webhooks;
 mod wiring;
 
+pub use access::{AdminConfig, ConsoleConfig, MetricsAccess, MetricsConfig};
 pub use bots::{BotAuthConfig, BotConfig, is_provider_id, is_token};
 pub use calls::{CALLBACK_DISABLED, CallHours, CallsConfig, OUTSIDE_HOURS};
+pub use channels::{ChannelConfig, ChannelType, check_widget_settings, customer_endpoint_ok};
+pub use delivery::{BOT_EXCHANGE_TIMEOUT_MS, DeliveryConfig};
 pub use env::Env;
+pub use geoip::GeoIpConfig;
+pub use limits::LimitsConfig;
+pub use log::{LogConfig, LogFormat};
 pub use outbound::{OutboundConfig, Private};
-
+pub use server::ServerConfig;
+pub use storage::{Durability, MAX_CONNECT_TIMEOUT_MS, StorageConfig};
 pub use webhooks::{CrmConfig, DEFAULT_ORDER_HOLD, WebhooksConfig};
 pub use wiring::{
     DestinationConfig, EntryLines, MAX_PLUGIN_MEMORY_MB, OnError, PluginConfig, RetryConfig,
@@ -97,495 +118,6 @@ impl Overrides {
         match self.0.iter().find(|(k, _)| *k == key) {
             Some((_, var)) => format!("{key} ({var})"),
             None => key.to_owned(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Address the HTTP server binds.
-    #[serde(default = "default_listen")]
-    pub listen: SocketAddr,
-    /// Base URL integrators reach the hub at; channel endpoint URLs start with it.
-    /// Defaults to `http://<listen>`.
-    #[serde(default)]
-    pub public_url: Option<String>,
-    /// Largest request body accepted; larger bodies get 413.
-    #[serde(default = "default_max_body")]
-    pub max_body_bytes: usize,
-    /// How long shutdown waits for in-flight requests and deliveries.
-    #[serde(default = "default_grace_ms")]
-    pub shutdown_grace_ms: u64,
-    /// How long a client may take to send a request's headers, from the
-    /// connection (or the previous response) on; then the connection closes.
-    #[serde(default = "default_header_timeout_ms")]
-    pub header_timeout_ms: u64,
-    /// How long a client may take to send a whole request body once its
-    /// headers are in; then it gets 408 and the connection closes.
-    #[serde(default = "default_body_timeout_ms")]
-    pub body_timeout_ms: u64,
-    /// Addresses of reverse proxies in front of the hub: for a request from
-    /// one of them, the client's address is taken from `X-Forwarded-For`
-    /// (widget rate limits, the visitor's recorded address).
-    #[serde(default)]
-    pub trusted_proxies: Vec<std::net::IpAddr>,
-    /// Connections open at once; past it a new connection is answered 503
-    /// and closed, so a flood cannot take every file descriptor.
-    #[serde(default = "default_max_open_connections")]
-    pub max_connections: usize,
-    /// Largest request head (request line and headers); larger ones get 431.
-    #[serde(default = "default_max_header_bytes")]
-    pub max_header_bytes: usize,
-    /// Most headers a request may carry; more get 431.
-    #[serde(default = "default_max_headers")]
-    pub max_headers: usize,
-    /// Names this instance to the others on one database: a restarted
-    /// instance takes back the deliveries its previous run left in flight.
-    /// Defaults to the host name and the address the hub listens on; set it
-    /// where neither is stable (`instance_id = "${POD_NAME}"`). Two running
-    /// instances must not share one.
-    #[serde(default)]
-    pub instance_id: Option<String>,
-}
-
-/// `[limits]`: request rates of the unauthenticated endpoints and failed
-/// credentials, per process. A rate of 0 turns that limit off.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Requests to one channel's endpoints, from all sources together.
-    #[serde(default = "default_channel_per_second")]
-    pub channel_per_second: f64,
-    #[serde(default = "default_channel_burst")]
-    pub channel_burst: u32,
-    /// Requests to one channel's endpoints from one source address. An
-    /// integrator sends all of a channel's customers from its server's
-    /// address, so this must stay well above a busy channel's rate.
-    #[serde(default = "default_source_per_second")]
-    pub channel_source_per_second: f64,
-    #[serde(default = "default_source_burst")]
-    pub channel_source_burst: u32,
-    /// Requests of one bot provider (`/webhooks/…`, `/providers/…`).
-    #[serde(default = "default_channel_per_second")]
-    pub bot_per_second: f64,
-    #[serde(default = "default_channel_burst")]
-    pub bot_burst: u32,
-    /// Requests of one bot provider from one source address.
-    #[serde(default = "default_source_per_second")]
-    pub bot_source_per_second: f64,
-    #[serde(default = "default_source_burst")]
-    pub bot_source_burst: u32,
-    /// Failed credentials (channel secret, admin or agent token, bot token)
-    /// from one source address that make it wait out the window (0: off).
-    #[serde(default = "default_auth_failures")]
-    pub auth_failures: u32,
-    #[serde(default = "default_auth_failure_window_secs")]
-    pub auth_failure_window_secs: u64,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            channel_per_second: default_channel_per_second(),
-            channel_burst: default_channel_burst(),
-            channel_source_per_second: default_source_per_second(),
-            channel_source_burst: default_source_burst(),
-            bot_per_second: default_channel_per_second(),
-            bot_burst: default_channel_burst(),
-            bot_source_per_second: default_source_per_second(),
-            bot_source_burst: default_source_burst(),
-            auth_failures: default_auth_failures(),
-            auth_failure_window_secs: default_auth_failure_window_secs(),
-        }
-    }
-}
-
-fn default_max_open_connections() -> usize {
-    4096
-}
-fn default_max_header_bytes() -> usize {
-    32 * 1024
-}
-fn default_max_headers() -> usize {
-    100
-}
-fn default_channel_per_second() -> f64 {
-    1000.0
-}
-fn default_channel_burst() -> u32 {
-    2000
-}
-fn default_source_per_second() -> f64 {
-    500.0
-}
-fn default_source_burst() -> u32 {
-    1000
-}
-fn default_auth_failures() -> u32 {
-    20
-}
-fn default_auth_failure_window_secs() -> u64 {
-    60
-}
-
-impl LimitsConfig {
-    /// The checks of `[limits]`, each problem naming its key.
-    fn check(&self, problems: &mut Vec<String>) {
-        let rates = [
-            (
-                "channel_per_second",
-                self.channel_per_second,
-                "channel_burst",
-                self.channel_burst,
-            ),
-            (
-                "channel_source_per_second",
-                self.channel_source_per_second,
-                "channel_source_burst",
-                self.channel_source_burst,
-            ),
-            (
-                "bot_per_second",
-                self.bot_per_second,
-                "bot_burst",
-                self.bot_burst,
-            ),
-            (
-                "bot_source_per_second",
-                self.bot_source_per_second,
-                "bot_source_burst",
-                self.bot_source_burst,
-            ),
-        ];
-        for (rate_key, rate, burst_key, burst) in rates {
-            if !rate.is_finite() || rate < 0.0 {
-                problems.push(format!(
-                    "limits.{rate_key}: must be a number of requests per second, 0 for no limit"
-                ));
-            } else if rate > 0.0 && burst == 0 {
-                problems.push(format!(
-                    "limits.{burst_key}: must be at least 1 while limits.{rate_key} is on"
-                ));
-            }
-        }
-        if self.auth_failures > 0 && self.auth_failure_window_secs == 0 {
-            problems.push(
-                "limits.auth_failure_window_secs: must be positive while limits.auth_failures is on"
-                    .to_owned(),
-            );
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StorageConfig {
-    /// `sqlite://path/to/file.db` (created if missing) or, later, `postgres://…`.
-    #[serde(default = "default_database_url")]
-    pub url: String,
-    /// What a 200 means (SQLite): `full` fsyncs every commit (survives power
-    /// loss), `normal` survives a crash of the hub but not of the machine.
-    #[serde(default)]
-    pub durability: Durability,
-    /// PostgreSQL: most connections this instance holds open at once.
-    /// SQLite keeps its own small pool (one writer and a few readers).
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
-    /// PostgreSQL: how long a request waits for a connection (the database
-    /// busy or down) before it is answered 503 for the client to retry.
-    #[serde(default = "default_acquire_timeout_ms")]
-    pub acquire_timeout_ms: u64,
-    /// PostgreSQL: how long opening the first connection may take, at start
-    /// and in `hub check`; then both give up naming the database.
-    #[serde(default = "default_connect_timeout_ms")]
-    pub connect_timeout_ms: u64,
-    /// How long outbound requests that were delivered (or dropped by a
-    /// plugin) stay in the outbox, for operators to look up; 0 keeps them
-    /// for good. Dead letters stay until they are replayed.
-    #[serde(default = "default_delivered_retention_hours")]
-    pub delivered_retention_hours: u64,
-    /// Hours inbound payloads are kept as they entered, before any plugin,
-    /// so a candidate for the head of a chain (a new `redact`) can be
-    /// replayed on them; 0 (the default) keeps none. A privacy trade-off:
-    /// these are the texts the live chain masks.
-    #[serde(default)]
-    pub keep_inbound_hours: u64,
-}
-
-/// `hub check` promises an answer within two minutes, so a connection
-/// attempt may take no longer.
-pub const MAX_CONNECT_TIMEOUT_MS: u64 = 120_000;
-
-fn default_max_connections() -> u32 {
-    16
-}
-fn default_acquire_timeout_ms() -> u64 {
-    5_000
-}
-fn default_connect_timeout_ms() -> u64 {
-    10_000
-}
-fn default_delivered_retention_hours() -> u64 {
-    24 * 7
-}
-
-impl StorageConfig {
-    pub fn acquire_timeout(&self) -> Duration {
-        Duration::from_millis(self.acquire_timeout_ms)
-    }
-    pub fn connect_timeout(&self) -> Duration {
-        Duration::from_millis(self.connect_timeout_ms)
-    }
-}
-
-/// `[storage] durability`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    #[default]
-    Full,
-    Normal,
-}
-
-/// `[geoip]`: where widget visitors' countries and cities come from.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GeoIpConfig {
-    /// A GeoIP2/GeoLite2 City database file (MaxMind format); without one,
-    /// `session.geoip` stays empty.
-    #[serde(default)]
-    pub database: Option<PathBuf>,
-}
-
-/// `[log]`: how the hub writes its log (to standard error).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogConfig {
-    #[serde(default)]
-    pub format: LogFormat,
-    /// A `tracing` filter such as `"info"` or `"info,hub::delivery=debug"`;
-    /// `RUST_LOG`, when set, wins.
-    #[serde(default)]
-    pub level: Option<String>,
-}
-
-/// One line per record: words for a terminal, or a JSON object for a log
-/// collector, with the event id, channel and chat of the spans it ran in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// `[metrics]`: who may read `/metrics`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsConfig {
-    #[serde(default)]
-    pub access: MetricsAccess,
-}
-
-/// Who may read `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricsAccess {
-    /// The admin token (or an admin agent's console session): the figures
-    /// name plugins, channels' traffic and failures.
-    #[default]
-    Admin,
-    /// Anyone who can reach the hub (a scraper on a private network).
-    Public,
-}
-
-/// `[console]`: agents' sign-in to the console at `/console`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConsoleConfig {
-    /// How long a console session lasts after sign-in.
-    #[serde(default = "default_session_hours")]
-    pub session_hours: u64,
-    /// Failed sign-ins for one account, or from one address, that lock it.
-    #[serde(default = "default_max_failed_sign_ins")]
-    pub max_failed_sign_ins: u32,
-    /// How long such a lock lasts (and the window failures are counted in).
-    #[serde(default = "default_sign_in_lock_secs")]
-    pub sign_in_lock_secs: u64,
-}
-
-fn default_session_hours() -> u64 {
-    12
-}
-
-fn default_max_failed_sign_ins() -> u32 {
-    30
-}
-
-fn default_sign_in_lock_secs() -> u64 {
-    900
-}
-
-impl Default for ConsoleConfig {
-    fn default() -> Self {
-        ConsoleConfig {
-            session_hours: default_session_hours(),
-            max_failed_sign_ins: default_max_failed_sign_ins(),
-            sign_in_lock_secs: default_sign_in_lock_secs(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdminConfig {
-    /// Bearer token of the admin API; without one the admin API answers 403.
-    #[serde(default)]
-    pub token: Option<String>,
-}
-
-/// Retry policy for agent messages to the integrator; the spec's values are the defaults.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeliveryConfig {
-    #[serde(default = "default_attempts")]
-    pub attempts: u32,
-    #[serde(default = "default_interval_ms")]
-    pub retry_interval_ms: u64,
-    #[serde(default = "default_interval_ms")]
-    pub attempt_timeout_ms: u64,
-    /// How long an instance holds a delivery it is attempting; another
-    /// instance takes the row over after that (one that died mid-attempt).
-    /// Longer than every attempt's timeout, or the hub refuses to start.
-    #[serde(default = "default_lease_ms")]
-    pub lease_ms: u64,
-    /// How often an instance on PostgreSQL tells the others it is alive.
-    #[serde(default = "default_heartbeat_ms")]
-    pub heartbeat_ms: u64,
-    /// An instance silent this long is taken for dead: the others take over
-    /// the deliveries it held at once, not when their lease runs out.
-    #[serde(default = "default_takeover_ms")]
-    pub takeover_ms: u64,
-}
-
-fn default_lease_ms() -> u64 {
-    30_000
-}
-
-fn default_heartbeat_ms() -> u64 {
-    1_000
-}
-
-fn default_takeover_ms() -> u64 {
-    5_000
-}
-
-/// The bot exchange's timeout per request (the spec's 3 s).
-pub const BOT_EXCHANGE_TIMEOUT_MS: u64 = 3_000;
-
-/// A channel declared in `hub.toml`, created on first start and matched by name after.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelConfig {
-    pub name: String,
-    /// The integrator's endpoint; a widget channel has none.
-    #[serde(default)]
-    pub customer_endpoint: String,
-    /// `custom` (an integrator's server) or `widget` (the hub's script in
-    /// visitors' browsers).
-    #[serde(default, rename = "type")]
-    pub kind: ChannelType,
-    /// A widget's id as pages embed it; random when not given.
-    #[serde(default)]
-    pub widget_id: Option<String>,
-    /// A widget's colour, `#rrggbb`.
-    #[serde(default)]
-    pub color: Option<String>,
-    /// Origins (`https://shop.example.com`) allowed to use a widget; empty: any.
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    /// A widget's callback calls; absent: off.
-    #[serde(default)]
-    pub calls: Option<CallsConfig>,
-    #[serde(default)]
-    pub chunked: bool,
-    #[serde(default)]
-    pub agents: Vec<String>,
-    /// Where the channel's event webhooks go.
-    #[serde(default)]
-    pub webhook_url: Option<String>,
-    /// A Standard Webhooks secret (`whsec_…`) turns on signing of them.
-    #[serde(default)]
-    pub webhook_secret: Option<String>,
-}
-
-fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 8080))
-}
-fn default_max_body() -> usize {
-    64 * 1024
-}
-fn default_grace_ms() -> u64 {
-    10_000
-}
-fn default_header_timeout_ms() -> u64 {
-    10_000
-}
-fn default_body_timeout_ms() -> u64 {
-    30_000
-}
-fn default_database_url() -> String {
-    "sqlite://data/hub.db".to_owned()
-}
-fn default_attempts() -> u32 {
-    3
-}
-fn default_interval_ms() -> u64 {
-    3_000
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            listen: default_listen(),
-            public_url: None,
-            max_body_bytes: default_max_body(),
-            shutdown_grace_ms: default_grace_ms(),
-            header_timeout_ms: default_header_timeout_ms(),
-            body_timeout_ms: default_body_timeout_ms(),
-            trusted_proxies: Vec::new(),
-            max_connections: default_max_open_connections(),
-            max_header_bytes: default_max_header_bytes(),
-            max_headers: default_max_headers(),
-            instance_id: None,
-        }
-    }
-}
-
-impl Default for StorageConfig {
-    fn default() -> Self {
-        StorageConfig {
-            url: default_database_url(),
-            durability: Durability::Full,
-            max_connections: default_max_connections(),
-            acquire_timeout_ms: default_acquire_timeout_ms(),
-            connect_timeout_ms: default_connect_timeout_ms(),
-            delivered_retention_hours: default_delivered_retention_hours(),
-            keep_inbound_hours: 0,
-        }
-    }
-}
-
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        DeliveryConfig {
-            attempts: default_attempts(),
-            retry_interval_ms: default_interval_ms(),
-            attempt_timeout_ms: default_interval_ms(),
-            lease_ms: default_lease_ms(),
-            heartbeat_ms: default_heartbeat_ms(),
-            takeover_ms: default_takeover_ms(),
         }
     }
 }
@@ -713,178 +245,16 @@ impl Config {
     /// in what loading derives from the checked values: the destination
     /// headers with `${VAR}` read through `env`.
     fn check(&mut self, overrides: &Overrides, env: &Env, problems: &mut Vec<String>) {
-        // Checked whether or not `RUST_LOG` overrides it, so that `hub check`
-        // tells before the day the variable is not set.
-        if let Some(level) = &self.log.level
-            && let Err(e) = tracing_subscriber::EnvFilter::try_new(level)
-        {
-            problems.push(format!("log.level: `{level}` is not a log filter: {e}"));
-        }
-        if let Some(url) = &self.server.public_url
-            && !is_http_url(url)
-        {
-            problems.push(format!(
-                "{}: `{url}` is not an http(s) URL",
-                overrides.key("server.public_url")
-            ));
-        }
-        if self.server.max_body_bytes < 1024 {
-            problems.push("server.max_body_bytes: must be at least 1024".to_owned());
-        }
-        if self.server.header_timeout_ms == 0 {
-            problems.push("server.header_timeout_ms: must be positive".to_owned());
-        }
-        if self.server.body_timeout_ms == 0 {
-            problems.push("server.body_timeout_ms: must be positive".to_owned());
-        }
-        if self.server.max_connections == 0 {
-            problems.push("server.max_connections: must be at least 1".to_owned());
-        }
-        if self.server.max_header_bytes < 1024 {
-            problems.push("server.max_header_bytes: must be at least 1024".to_owned());
-        }
-        if self.server.max_headers < 16 {
-            problems.push("server.max_headers: must be at least 16".to_owned());
-        }
+        self.log.check(problems);
+        self.server.check(overrides, problems);
         self.limits.check(problems);
-        if !(self.storage.url.starts_with("sqlite:") || self.storage.url.starts_with("postgres")) {
-            problems.push(format!(
-                "{}: `{}` is neither sqlite://… nor postgres://…",
-                overrides.key("storage.url"),
-                self.storage.url
-            ));
-        }
-        if self.storage.max_connections == 0 {
-            problems.push("storage.max_connections: must be at least 1".to_owned());
-        }
-        if self.storage.acquire_timeout_ms == 0 {
-            problems.push("storage.acquire_timeout_ms: must be positive".to_owned());
-        }
-        if self.storage.connect_timeout_ms == 0 {
-            problems.push("storage.connect_timeout_ms: must be positive".to_owned());
-        } else if self.storage.connect_timeout_ms > MAX_CONNECT_TIMEOUT_MS {
-            problems.push(format!(
-                "storage.connect_timeout_ms: must be at most {MAX_CONNECT_TIMEOUT_MS} (2 minutes)"
-            ));
-        }
-        if self.admin.token.as_deref().is_some_and(|t| t.len() < 16) {
-            problems.push(format!(
-                "{}: must be at least 16 characters",
-                overrides.key("admin.token")
-            ));
-        }
-        if self.delivery.attempts == 0 {
-            problems.push("delivery.attempts: must be at least 1".to_owned());
-        }
-        if self.console.session_hours == 0 {
-            problems.push("console.session_hours: must be at least 1".to_owned());
-        }
-        if self.console.max_failed_sign_ins == 0 {
-            problems.push("console.max_failed_sign_ins: must be at least 1".to_owned());
-        }
-        if self.console.sign_in_lock_secs == 0 {
-            problems.push("console.sign_in_lock_secs: must be positive".to_owned());
-        }
-        if self.delivery.attempt_timeout_ms == 0 {
-            problems.push("delivery.attempt_timeout_ms: must be positive".to_owned());
-        }
-        if let Some((key, longest)) = self.longest_attempt_timeout()
-            && self.delivery.lease_ms <= longest
-        {
-            problems.push(format!(
-                "delivery.lease_ms: {} ms must be longer than the longest attempt timeout, \
-                 {key} ({longest} ms)",
-                self.delivery.lease_ms
-            ));
-        }
-        if self.delivery.heartbeat_ms == 0 {
-            problems.push("delivery.heartbeat_ms: must be positive".to_owned());
-        }
-        if self.delivery.takeover_ms < 2 * self.delivery.heartbeat_ms {
-            problems.push(format!(
-                "delivery.takeover_ms: {} ms must be at least twice delivery.heartbeat_ms \
-                 ({} ms), or a live instance could be taken for dead",
-                self.delivery.takeover_ms, self.delivery.heartbeat_ms
-            ));
-        }
-        if let Some(id) = &self.server.instance_id
-            && id.trim().is_empty()
-        {
-            problems.push("server.instance_id: must not be empty".to_owned());
-        }
-        let mut names = std::collections::HashSet::new();
-        for (i, ch) in self.channels.iter().enumerate() {
-            if ch.name.trim().is_empty() {
-                problems.push(format!("channels[{i}].name: must not be empty"));
-            }
-            if !names.insert(ch.name.as_str()) {
-                problems.push(format!(
-                    "channels[{i}].name: `{}` is declared twice",
-                    ch.name
-                ));
-            }
-            let widget = ch.kind == ChannelType::Widget;
-            if !widget && ch.customer_endpoint.is_empty() {
-                problems.push(format!(
-                    "channels[{i}].customer_endpoint: required (the integrator's endpoint; \
-                     a channel of type \"widget\" has none)"
-                ));
-            } else if !customer_endpoint_ok(widget, &ch.customer_endpoint) {
-                problems.push(format!(
-                    "channels[{i}].customer_endpoint: `{}` is not an http(s) URL",
-                    ch.customer_endpoint
-                ));
-            }
-            if let Err(problem) = check_widget_settings(
-                widget,
-                ch.widget_id.as_deref(),
-                ch.color.as_deref(),
-                &ch.allowed_origins,
-            ) {
-                for problem in problem {
-                    problems.push(format!("channels[{i}].{problem}"));
-                }
-            }
-            if let Some(calls) = &ch.calls {
-                if !widget {
-                    problems.push(format!(
-                        "channels[{i}].calls: only a channel of type `widget` has one"
-                    ));
-                }
-                for problem in calls.problems() {
-                    problems.push(format!("channels[{i}].{problem}"));
-                }
-            }
-            if let Some(url) = &ch.webhook_url
-                && !is_http_url(url)
-            {
-                problems.push(format!(
-                    "channels[{i}].webhook_url: `{url}` is not an http(s) URL"
-                ));
-            }
-            if let Some(secret) = &ch.webhook_secret
-                && let Err(e) = crate::outbound::signing::Secret::parse(secret)
-            {
-                problems.push(format!("channels[{i}].webhook_secret: {e}"));
-            }
-            for (j, agent) in ch.agents.iter().enumerate() {
-                if !agent.contains('@') {
-                    problems.push(format!(
-                        "channels[{i}].agents[{j}]: `{agent}` is not an e-mail address"
-                    ));
-                }
-            }
-        }
-        if let Some(db) = &self.geoip.database {
-            let path = self.resolve(db);
-            if let Err(e) = std::fs::metadata(&path) {
-                // The path as written: relative ones are relative to the file.
-                problems.push(format!(
-                    "geoip.database: cannot read `{}`: {e}",
-                    db.display()
-                ));
-            }
-        }
+        self.storage.check(overrides, problems);
+        self.admin.check(overrides, problems);
+        self.delivery
+            .check(self.longest_attempt_timeout(), problems);
+        self.console.check(problems);
+        channels::check(&self.channels, problems);
+        self.geoip.check(self, problems);
         wiring::check(self, env, problems);
         let plugins: std::collections::HashSet<&str> =
             self.plugins.iter().map(|p| p.name.as_str()).collect();
@@ -899,58 +269,6 @@ impl Config {
             Some(url) => url.trim_end_matches('/').to_owned(),
             None => format!("http://{bound}"),
         }
-    }
-}
-
-impl ServerConfig {
-    pub fn header_timeout(&self) -> Duration {
-        Duration::from_millis(self.header_timeout_ms)
-    }
-    pub fn body_timeout(&self) -> Duration {
-        Duration::from_millis(self.body_timeout_ms)
-    }
-}
-
-impl Config {
-    /// The longest timeout of any attempt the deliverer makes, and the key
-    /// that sets it: a lease must outlast it.
-    fn longest_attempt_timeout(&self) -> Option<(String, u64)> {
-        let mut all = vec![
-            (
-                "delivery.attempt_timeout_ms".to_owned(),
-                self.delivery.attempt_timeout_ms,
-            ),
-            ("webhooks.timeout_ms".to_owned(), self.webhooks.timeout_ms),
-            (
-                "webhooks.sync_timeout_ms".to_owned(),
-                self.webhooks.sync_timeout_ms,
-            ),
-        ];
-        if !self.bots.is_empty() {
-            all.push((
-                "the bot exchange's timeout".to_owned(),
-                BOT_EXCHANGE_TIMEOUT_MS,
-            ));
-        }
-        for (i, d) in self.destinations.iter().enumerate() {
-            all.push((format!("destinations[{i}].timeout_ms"), d.timeout_ms));
-        }
-        for (i, p) in self.plugins.iter().enumerate() {
-            all.push((format!("plugins[{i}].timeout_ms"), p.timeout_ms));
-        }
-        all.into_iter().max_by_key(|(_, ms)| *ms)
-    }
-}
-
-impl DeliveryConfig {
-    pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms)
-    }
-    pub fn retry_interval(&self) -> Duration {
-        Duration::from_millis(self.retry_interval_ms)
-    }
-    pub fn attempt_timeout(&self) -> Duration {
-        Duration::from_millis(self.attempt_timeout_ms)
     }
 }
 
@@ -1016,73 +334,6 @@ fn value_key_at(value: &toml::Spanned<toml::de::DeValue<'_>>, at: usize) -> Opti
     value.span().contains(&at).then(String::new)
 }
 
-/// `[[channels]] type`: how a channel's customers reach the hub.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChannelType {
-    /// An integrator's server.
-    #[default]
-    Custom,
-    /// The hub's script in visitors' browsers.
-    Widget,
-}
-
-/// Checks a widget's settings: every problem, each naming its key
-/// (`color: …`). Custom channels may not have them.
-pub fn check_widget_settings(
-    widget: bool,
-    widget_id: Option<&str>,
-    color: Option<&str>,
-    allowed_origins: &[String],
-) -> Result<(), Vec<String>> {
-    let mut problems = Vec::new();
-    if !widget {
-        for (key, set) in [
-            ("widget_id", widget_id.is_some()),
-            ("color", color.is_some()),
-            ("allowed_origins", !allowed_origins.is_empty()),
-        ] {
-            if set {
-                problems.push(format!("{key}: only a channel of type `widget` has one"));
-            }
-        }
-    } else {
-        if let Some(id) = widget_id
-            && !(id.len() >= 6 && is_provider_id(id))
-        {
-            problems.push(format!(
-                "widget_id: `{id}` must be 6 or more letters, digits, `-` or `_`"
-            ));
-        }
-        if let Some(c) = color {
-            let hex = c.strip_prefix('#').unwrap_or("");
-            if !((hex.len() == 6 || hex.len() == 3) && hex.chars().all(|h| h.is_ascii_hexdigit())) {
-                problems.push(format!("color: `{c}` is not a colour like #1e88e5"));
-            }
-        }
-        for origin in allowed_origins {
-            let host = origin
-                .strip_prefix("https://")
-                .or_else(|| origin.strip_prefix("http://"));
-            if !host.is_some_and(|h| !h.is_empty() && !h.contains('/')) {
-                problems.push(format!(
-                    "allowed_origins: `{origin}` is not an origin like https://shop.example.com"
-                ));
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
-}
-
-/// A custom channel needs an http(s) endpoint; a widget has none (or one).
-pub fn customer_endpoint_ok(widget: bool, endpoint: &str) -> bool {
-    is_http_url(endpoint) || (widget && endpoint.is_empty())
-}
-
 /// True for `http://host…` and `https://host…`.
 pub fn is_http_url(url: &str) -> bool {
     let rest = url
@@ -1094,6 +345,8 @@ pub fn is_http_url(url: &str) -> bool {
 // Error texts are checked by the fixtures in `tests/fixtures/config/` (see `fixtures.rs`).
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -1211,7 +464,7 @@ mod tests {
         let text = "[storage]\nurl = \"sqlite://file.db\"\n";
         let c = Config::from_toml(text, Path::new("hub.toml"), &Env::empty()).unwrap();
         assert_eq!(c.storage.url, "sqlite://file.db");
-        assert_eq!(c.server.listen, default_listen());
+        assert_eq!(c.server.listen, ServerConfig::default().listen);
         assert_eq!(c.admin.token, None);
     }
 }

@@ -2,9 +2,9 @@
 //! the row's retry policy. What a final result means to the rest of the hub is
 //! the [`Finisher`]'s business.
 
-pub mod heartbeat;
+pub(crate) mod heartbeat;
 mod policy;
-pub mod prune;
+pub(crate) mod prune;
 
 use std::collections::HashMap;
 use std::future::Future;

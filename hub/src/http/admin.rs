@@ -7,18 +7,17 @@ use serde_json::json;
 
 use crate::core::accounts::{self, AccountError};
 use crate::core::provisioning::{self, BotSpec, ChannelSpec, ProvisionError};
+use crate::http::App;
+use crate::http::layer::Admin;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, error, json, method_not_allowed, read_body};
-use crate::http::{App, session};
 use crate::store::ChannelKind;
 use crate::store::OutboxState;
 use crate::store::bots::{BotAuth, BotTarget};
 
-/// Routes `/admin/v1/...`; `rest` is the path after `v1`.
-pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    if let Err(resp) = session::admin(app, &req).await {
-        return resp;
-    }
+/// Routes `/admin/v1/...` once the layer found the admin's credential;
+/// `rest` is the path after `v1`.
+pub async fn handle(app: &App, req: Request<Incoming>, _admin: &Admin, rest: &[&str]) -> Resp {
     let method = req.method().clone();
     match (method, rest) {
         (Method::GET, ["channels"]) => list_channels(app).await,

@@ -13,31 +13,24 @@ use crate::core::error::CoreError;
 use crate::core::live::client_view;
 use crate::core::{Handled, Inbound};
 use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{Resp, bearer, error, json, method_not_allowed, parse_json, read_body};
-use crate::http::{App, live_stream, session};
-use crate::ids::token_hash;
+use crate::http::respond::{Resp, error, json, method_not_allowed, parse_json, read_body};
+use crate::http::{App, live_stream};
 use crate::store::Agent;
 
-/// Routes `/agent/v1/...`; `rest` is the path after `v1`.
-pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    let agent = match authenticate(app, &req).await {
-        Ok(a) => a,
-        Err(resp) => return resp,
-    };
+/// Routes `/agent/v1/...` for the agent the layer authenticated; `rest` is
+/// the path after `v1`.
+pub async fn handle(app: &App, req: Request<Incoming>, agent: &Agent, rest: &[&str]) -> Resp {
     let method = req.method().clone();
     match (method, rest) {
-        (Method::PUT, ["status"]) => set_status(app, req, &agent).await,
-        (Method::GET, ["me"]) => json(StatusCode::OK, &agent),
-        (Method::GET, ["chats"]) => list_chats(app, &req, &agent).await,
-        (Method::GET, ["chats", id]) => with_chat_id(id, |id| chat_view(app, &agent, id)).await,
+        (Method::PUT, ["status"]) => set_status(app, req, agent).await,
+        (Method::GET, ["me"]) => json(StatusCode::OK, agent),
+        (Method::GET, ["chats"]) => list_chats(app, &req, agent).await,
+        (Method::GET, ["chats", id]) => with_chat_id(id, |id| chat_view(app, agent, id)).await,
         (Method::POST, ["chats", id, "accept"]) => {
             with_chat_id(id, |id| async move {
                 let done = app
                     .conversations
-                    .handle(Inbound::Accept {
-                        agent: &agent,
-                        chat_id: id,
-                    })
+                    .handle(Inbound::Accept { agent, chat_id: id })
                     .await;
                 core_answer(done.map(handled_json))
             })
@@ -47,10 +40,7 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             with_chat_id(id, |id| async move {
                 let done = app
                     .conversations
-                    .handle(Inbound::Close {
-                        agent: &agent,
-                        chat_id: id,
-                    })
+                    .handle(Inbound::Close { agent, chat_id: id })
                     .await;
                 core_answer(done.map(handled_json))
             })
@@ -60,16 +50,13 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             let Ok(id) = id.parse::<i64>() else {
                 return error(StatusCode::NOT_FOUND, "not_found", "no such chat");
             };
-            send_message(app, req, &agent, id).await
+            send_message(app, req, agent, id).await
         }
         (Method::POST, ["chats", id, "crm-link"]) => {
             with_chat_id(id, |id| async move {
                 let done = app
                     .conversations
-                    .handle(Inbound::LinkCrm {
-                        agent: &agent,
-                        chat_id: id,
-                    })
+                    .handle(Inbound::LinkCrm { agent, chat_id: id })
                     .await;
                 core_answer(done.map(handled_json))
             })
@@ -79,56 +66,22 @@ pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
             let Ok(id) = id.parse::<i64>() else {
                 return error(StatusCode::NOT_FOUND, "not_found", "no such chat");
             };
-            set_attributes(app, req, &agent, id).await
+            set_attributes(app, req, agent, id).await
         }
-        (Method::POST, ["calls"]) => start_call(app, req, &agent).await,
+        (Method::POST, ["calls"]) => start_call(app, req, agent).await,
         (Method::PUT, ["calls", id]) => {
             let Ok(id) = id.parse::<i64>() else {
                 return error(StatusCode::NOT_FOUND, "not_found", "no such call");
             };
-            update_call(app, req, &agent, id).await
+            update_call(app, req, agent, id).await
         }
         (_, ["calls"] | ["calls", _]) => method_not_allowed(),
-        (Method::GET, ["stream"]) => stream(app, &agent).await,
-        (_, ["crm", rest @ ..]) => crate::http::agents::crm::handle(app, req, &agent, rest).await,
+        (Method::GET, ["stream"]) => stream(app, agent).await,
+        (_, ["crm", rest @ ..]) => crate::http::agents::crm::handle(app, req, agent, rest).await,
         (_, ["status"] | ["me"] | ["chats"] | ["stream"] | ["chats", _, ..]) => {
             method_not_allowed()
         }
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such endpoint"),
-    }
-}
-
-/// A bearer token, or else the console's session cookie (with its CSRF
-/// token on state-changing requests).
-async fn authenticate(app: &App, req: &Request<Incoming>) -> Result<Agent, Resp> {
-    let Some(token) = bearer(req) else {
-        return match session::agent(app, req).await? {
-            Some(agent) => Ok(agent),
-            None => Err(error(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a bearer token is required",
-            )),
-        };
-    };
-    let source = session::bearer_source(app, req);
-    if let Some(blocked) = session::bearer_blocked(app, source) {
-        return Err(blocked);
-    }
-    match app.store.agent_by_token_hash(&token_hash(token)).await {
-        Ok(Some(agent)) => Ok(agent),
-        Ok(None) => {
-            session::bearer_failed(app, source);
-            Err(error(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "unknown token",
-            ))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "agent authentication failed");
-            Err(unavailable())
-        }
     }
 }
 

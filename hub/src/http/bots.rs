@@ -1,47 +1,91 @@
 //! The bot exchange edge: what providers post to
 //! `/webhooks/<provider_id>/<token>` and `/providers/<provider_id>/<token>`
 //! (the latter with the optional `Authorization`), answered with the spec's
-//! statuses and `{"error":{"code","message"}}` bodies.
+//! statuses and `{"error":{"code","message"}}` bodies. The layer
+//! (`layer.rs`) found the bot and checked its tokens and rate; this edge
+//! answers its refusals ([`refuse`]) and takes the event.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::AUTHORIZATION;
-use http::{Method, Request, StatusCode};
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::bot::{BotEvent, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::core::Inbound;
 use crate::core::error::CoreError;
-use crate::http::limits;
+use crate::http::App;
+use crate::http::layer::{BotDenial, BotDenied};
 use crate::http::problem::{Problem, retry_after};
 use crate::http::respond::{Resp, error, json, parse_json, read_body};
-use crate::http::{App, client_ip};
-use crate::ids::constant_time_eq;
 use crate::obs::BotRefusal;
+use crate::store::Bot;
 
 /// Events a provider sends; the others are the hub's own (405 if posted to it).
 const FROM_PROVIDERS: [&str; 3] = ["BOT_MESSAGE", "INVITE_AGENT", "CLIENT_INFO"];
 
-/// Which of the two URLs the provider used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
-    /// `/webhooks/…`: the token in the path is the credential.
-    Webhooks,
-    /// `/providers/…`: a bot with `auth` also requires its bearer token back.
-    Providers,
-}
-
-/// Handles a provider's request; `rest` is the path after `webhooks` or
-/// `providers`. Every refusal is logged (one line at `info`: bot, chat,
-/// event, reason) and counted by reason for `/metrics`, so an operator sees
-/// why a provider's events did not land.
-pub async fn handle(app: &App, req: Request<Incoming>, door: Door, rest: &[&str]) -> Resp {
-    let mut asked = Asked::default();
-    match take(app, req, door, rest, &mut asked).await {
+/// Handles a provider's request for the bot the layer admitted. Every
+/// refusal is logged (one line at `info`: bot, chat, event, reason) and
+/// counted by reason for `/metrics`, so an operator sees why a provider's
+/// events did not land.
+pub async fn handle(app: &App, req: Request<Incoming>, bot: &Arc<Bot>) -> Resp {
+    let mut asked = Asked {
+        bot: bot.name.clone(),
+        ..Asked::default()
+    };
+    match take(app, req, bot, &mut asked).await {
         Ok(resp) => resp,
         Err(refusal) => refusal.answer(&asked),
     }
+}
+
+/// The layer's refusal of a provider's request, in the spec's words, logged
+/// and counted like the handler's.
+pub fn refuse(denial: BotDenial) -> Resp {
+    let asked = Asked {
+        bot: denial.bot,
+        ..Asked::default()
+    };
+    let refusal = match denial.why {
+        BotDenied::Malformed => Refusal::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            BotRefusal::UnknownBot,
+            "malformed endpoint: expected /<provider_id>/<token>",
+        ),
+        BotDenied::Unknown => Refusal::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::InvalidRequest,
+            BotRefusal::UnknownBot,
+            "no bot provider at this address",
+        ),
+        BotDenied::Blocked(wait) => {
+            Refusal::too_many(wait, "too many wrong tokens from this address; retry later")
+        }
+        BotDenied::WrongToken => Refusal::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidClient,
+            BotRefusal::Credentials,
+            "the token does not match the bot",
+        ),
+        BotDenied::OverRate(wait) => {
+            Refusal::too_many(wait, "too many requests for this bot; slow down")
+        }
+        BotDenied::NotPost => Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::InvalidRequest,
+            BotRefusal::NotAllowed,
+            "only POST is supported",
+        ),
+        BotDenied::WrongAuthorization => Refusal::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::UnauthorizedClient,
+            BotRefusal::Credentials,
+            "the Authorization header does not carry the bot's access token",
+        ),
+    };
+    refusal.answer(&asked)
 }
 
 /// What is known of a request when it is refused, for the log line.
@@ -133,84 +177,9 @@ fn loggable(value: &str) -> String {
 async fn take(
     app: &App,
     req: Request<Incoming>,
-    door: Door,
-    rest: &[&str],
+    bot: &Arc<Bot>,
     asked: &mut Asked,
 ) -> Result<Resp, Refusal> {
-    let unknown = || {
-        Refusal::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::InvalidRequest,
-            BotRefusal::UnknownBot,
-            "no bot provider at this address",
-        )
-    };
-    let [provider_id, token] = rest else {
-        asked.bot = rest.first().copied().unwrap_or("-").to_owned();
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::InvalidRequest,
-            BotRefusal::UnknownBot,
-            "malformed endpoint: expected /<provider_id>/<token>",
-        ));
-    };
-    asked.bot = (*provider_id).to_owned();
-    let directory = app.conversations.bots();
-    let bot = directory
-        .by_provider_id(provider_id)
-        .cloned()
-        .ok_or_else(unknown)?;
-    asked.bot = bot.name.clone();
-    // Plugin bots take no requests: their URLs do not exist.
-    let expected = bot.token().ok_or_else(unknown)?;
-    let source = limits::source(client_ip(&req, &app.config.server.trusted_proxies));
-    let guarded = limits::Door::Bot(provider_id);
-    // Before the comparison, so that guessing gets no answer at all.
-    if let Some(wait) = app.limits.auth_blocked(guarded, source) {
-        return Err(Refusal::too_many(
-            wait,
-            "too many wrong tokens from this address; retry later",
-        ));
-    }
-    if !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
-        app.limits.auth_failed(guarded, source);
-        return Err(Refusal::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::InvalidClient,
-            BotRefusal::Credentials,
-            "the token does not match the bot",
-        ));
-    }
-    // Only the bot's own requests count, so nobody else can use up its rate.
-    if let Err(wait) = app.limits.bot(provider_id, source) {
-        return Err(Refusal::too_many(
-            wait,
-            "too many requests for this bot; slow down",
-        ));
-    }
-    if req.method() != Method::POST {
-        return Err(Refusal::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::InvalidRequest,
-            BotRefusal::NotAllowed,
-            "only POST is supported",
-        ));
-    }
-    if door == Door::Providers {
-        let header = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if !app.conversations.provider_authorized(&bot, header).await {
-            app.limits.auth_failed(guarded, source);
-            return Err(Refusal::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::UnauthorizedClient,
-                BotRefusal::Credentials,
-                "the Authorization header does not carry the bot's access token",
-            ));
-        }
-    }
     let bytes = read_body(req, &app.config.server).await.map_err(|e| {
         Refusal::new(
             e.status(),
@@ -237,7 +206,7 @@ async fn take(
     let done = app
         .conversations
         .handle(Inbound::Bot {
-            bot: &bot,
+            bot,
             event,
             payload,
         })

@@ -1,62 +1,26 @@
 //! The custom chat channel edge: the status endpoint and the customer-message
-//! endpoint integrators call, exactly as the spec draws them.
+//! endpoint integrators call, exactly as the spec draws them. The layer
+//! (`layer.rs`) checked the path's secret and the channel's rate.
 
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::channel::parse_customer_message;
 
 use crate::core::Inbound;
-use crate::http::limits::{self, Door};
+use crate::http::App;
+use crate::http::layer::NO_CHANNEL;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, check_json_depth, json, method_not_allowed, read_body, text};
-use crate::http::{App, client_ip};
-use crate::ids::constant_time_eq;
 use crate::store::Channel;
 
-/// Handles `/<random_string>/<public_id>` and `/<random_string>/<public_id>/status`.
-pub async fn handle(
-    app: &App,
-    req: Request<Incoming>,
-    secret: &str,
-    public_id: &str,
-    status: bool,
-) -> Resp {
-    let source = limits::source(client_ip(&req, &app.config.server.trusted_proxies));
-    // Before the comparison, so that guessing gets no answer at all.
-    if let Some(wait) = app.limits.auth_blocked(Door::Channel, source) {
-        return Problem::too_many("too many requests to wrong addresses from this source")
-            .answer_after(Dialect::Channel, wait);
-    }
-    if !constant_time_eq(secret.as_bytes(), app.path_secret.as_bytes()) {
-        app.limits.auth_failed(Door::Channel, source);
-        return text(StatusCode::NOT_FOUND, NO_CHANNEL);
-    }
-    let channel = match find(app, public_id).await {
-        Ok(Some(ch)) => ch,
-        Ok(None) => return text(StatusCode::NOT_FOUND, NO_CHANNEL),
-        Err(resp) => return resp,
-    };
-    if let Err(wait) = app.limits.channel(channel.id, source) {
-        return Problem::too_many("too many requests to this channel; slow down")
-            .answer_after(Dialect::Channel, wait);
-    }
+/// Handles `/<random_string>/<public_id>` and `/<random_string>/<public_id>/status`
+/// of the channel the layer found.
+pub async fn handle(app: &App, req: Request<Incoming>, channel: &Channel, status: bool) -> Resp {
     match (status, req.method()) {
-        (true, &Method::GET) | (true, &Method::HEAD) => availability(app, &channel).await,
-        (false, &Method::POST) => customer_message(app, req, &channel).await,
+        (true, &Method::GET) | (true, &Method::HEAD) => availability(app, channel).await,
+        (false, &Method::POST) => customer_message(app, req, channel).await,
         _ => method_not_allowed(),
     }
-}
-
-const NO_CHANNEL: &str = "no channel at this address";
-
-async fn find(app: &App, public_id: &str) -> Result<Option<Channel>, Resp> {
-    app.store
-        .channel_by_public_id(public_id)
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "channel lookup failed");
-            Problem::unavailable().answer(Dialect::Channel)
-        })
 }
 
 async fn availability(app: &App, channel: &Channel) -> Resp {

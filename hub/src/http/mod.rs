@@ -1,22 +1,24 @@
 //! The HTTP server: accepts connections up to `server.max_connections`,
-//! routes each request to its edge, bounds a request head's size and how
+//! routes each request through the edges' layer (`layer.rs`: credentials
+//! and rate limits) to its edge's handler, bounds a request head's size and how
 //! long a client may take to send a request, and drains connections on
 //! shutdown.
 
-pub mod admin;
-pub mod agents;
-pub mod bots;
-pub mod channel;
-pub mod console;
+pub(crate) mod admin;
+pub(crate) mod agents;
+pub(crate) mod bots;
+pub(crate) mod channel;
+pub(crate) mod console;
 pub mod geoip;
-pub mod limits;
-pub mod live_stream;
-pub mod metrics;
-pub mod problem;
-pub mod respond;
-pub mod session;
+pub(crate) mod layer;
+pub(crate) mod limits;
+pub(crate) mod live_stream;
+pub(crate) mod metrics;
+pub(crate) mod problem;
+pub(crate) mod respond;
+pub(crate) mod session;
 mod state;
-pub mod widget;
+pub(crate) mod widget;
 
 pub use state::App;
 
@@ -37,6 +39,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
+use crate::http::layer::BotDoor;
 use crate::http::respond::{Resp, method_not_allowed, not_found, segments, text};
 
 /// The address a request's connection came from (a request extension).
@@ -419,6 +422,9 @@ fn edge_of(parts: &[&str]) -> crate::obs::Edge {
     }
 }
 
+/// Hands a request to its edge: first through the layer, with what the
+/// edge declares (`layer.rs`), then to the edge's handler with what the
+/// layer established.
 async fn dispatch(app: &App, req: Request<Incoming>, parts: &[&str]) -> Resp {
     match parts {
         ["healthz"] => match *req.method() {
@@ -438,35 +444,42 @@ async fn dispatch(app: &App, req: Request<Incoming>, parts: &[&str]) -> Resp {
             _ => method_not_allowed(),
         },
         ["metrics"] => match *req.method() {
-            Method::GET => {
-                if app.config.metrics.access == crate::config::MetricsAccess::Admin
-                    && let Err(resp) = crate::http::session::admin(app, &req).await
-                {
-                    return resp;
-                }
-                crate::http::metrics::handle(app).await
-            }
+            Method::GET => match layer::metrics(app, &req).await {
+                Ok(()) => metrics::handle(app).await,
+                Err(refused) => refused,
+            },
             _ => method_not_allowed(),
         },
-        ["admin", "v1", rest @ ..] => crate::http::admin::handle(app, req, rest).await,
-        ["console", rest @ ..] => crate::http::console::handle(app, req, rest).await,
-        ["agent", "v1", rest @ ..] => crate::http::agents::handle(app, req, rest).await,
-        ["widget", "v1", rest @ ..] => crate::http::widget::handle(app, req, rest).await,
+        ["admin", "v1", rest @ ..] => match layer::admin(app, &req).await {
+            Ok(proof) => admin::handle(app, req, &proof, rest).await,
+            Err(refused) => refused,
+        },
+        ["console", rest @ ..] => console::handle(app, req, rest).await,
+        ["agent", "v1", rest @ ..] => match layer::agent(app, &req).await {
+            Ok(agent) => agents::handle(app, req, &agent, rest).await,
+            Err(refused) => refused,
+        },
+        ["widget", "v1", rest @ ..] => match layer::widget(app, &req, rest, widget::needs).await {
+            Ok(admitted) => widget::handle(app, req, admitted).await,
+            Err(refused) => refused,
+        },
         ["widget", widget_id] | ["script", "widget", widget_id] => {
-            crate::http::widget::script(app, &req, widget_id).await
+            widget::script(app, &req, widget_id).await
         }
-        ["demo", widget_id] => crate::http::widget::demo(app, &req, widget_id).await,
-        ["webhooks", rest @ ..] => {
-            crate::http::bots::handle(app, req, crate::http::bots::Door::Webhooks, rest).await
-        }
-        ["providers", rest @ ..] => {
-            crate::http::bots::handle(app, req, crate::http::bots::Door::Providers, rest).await
-        }
-        [secret, public_id] => {
-            crate::http::channel::handle(app, req, secret, public_id, false).await
-        }
-        [secret, public_id, "status"] => {
-            crate::http::channel::handle(app, req, secret, public_id, true).await
+        ["demo", widget_id] => widget::demo(app, &req, widget_id).await,
+        ["webhooks", rest @ ..] => match layer::bot(app, &req, BotDoor::Webhooks, rest).await {
+            Ok(bot) => bots::handle(app, req, &bot).await,
+            Err(denial) => bots::refuse(denial),
+        },
+        ["providers", rest @ ..] => match layer::bot(app, &req, BotDoor::Providers, rest).await {
+            Ok(bot) => bots::handle(app, req, &bot).await,
+            Err(denial) => bots::refuse(denial),
+        },
+        [secret, public_id] | [secret, public_id, "status"] => {
+            match layer::channel(app, &req, secret, public_id).await {
+                Ok(channel) => channel::handle(app, req, &channel, parts.len() == 3).await,
+                Err(refused) => refused,
+            }
         }
         _ => not_found(),
     }

@@ -1,7 +1,7 @@
 //! How each interface answers a failure, in one place: the channel answers in
 //! plain text (integrators show the reason), the agent, admin and CRM APIs
 //! with `{"error":{"code","message"}}`, the widget with
-//! `{"result":"fail","error"}`. Edges turn what went wrong into a [`Problem`]
+//! `{"result":"fail","error"}` (and `reason` for a refused request). Edges turn what went wrong into a [`Problem`]
 //! and answer it in their [`Dialect`].
 
 use std::time::Duration;
@@ -103,6 +103,15 @@ impl Problem {
             ),
         }
     }
+}
+
+/// The widget API's refusal of a request, `{"result":"fail","reason"}`
+/// (its methods' failures are [`Dialect::Widget`]'s `error`).
+pub fn widget_fail(status: StatusCode, reason: impl Into<String>) -> Resp {
+    json(
+        status,
+        &json!({ "result": "fail", "reason": reason.into() }),
+    )
 }
 
 /// `resp` with `Retry-After`: `wait` in whole seconds, rounded up and at

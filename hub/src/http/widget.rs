@@ -8,10 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, CACHE_CONTROL, ETAG, IF_NONE_MATCH, ORIGIN, USER_AGENT, VARY,
-};
+use http::header::{CACHE_CONTROL, ETAG, IF_NONE_MATCH, USER_AGENT};
 use http::{HeaderValue, Method, Request, StatusCode};
 use hyper::body::Incoming;
 use plugin_api::widget::{ContactInfo, CustomDataField, OfflineMessageInput};
@@ -24,10 +21,9 @@ use crate::core::messages::Ingested;
 use crate::core::offline::OfflineOutcome;
 use crate::core::widget::WidgetAction;
 use crate::core::{Handled, Inbound};
-use crate::http::problem::{Dialect, Problem};
-use crate::http::respond::{
-    Resp, bearer, full, json, parse_json, query_pairs, read_body, text, with_type,
-};
+use crate::http::layer::{Visitor, VisitorNeed, no_visitor};
+use crate::http::problem::{Dialect, Problem, widget_fail as fail};
+use crate::http::respond::{Resp, full, json, parse_json, query_pairs, read_body, text, with_type};
 use crate::http::{App, live_stream};
 use crate::store::widget::PageReport;
 use crate::store::{Author, Channel, Client, MessageRow};
@@ -122,103 +118,69 @@ fn color_of(channel: &Channel) -> String {
         .unwrap_or_else(|| crate::core::provisioning::DEFAULT_WIDGET_COLOR.to_owned())
 }
 
-/// Routes `/widget/v1/<widget_id>/...`.
-pub async fn handle(app: &App, req: Request<Incoming>, rest: &[&str]) -> Resp {
-    let [widget_id, endpoint @ ..] = rest else {
-        return fail(StatusCode::NOT_FOUND, "no such endpoint");
-    };
-    let channel = match app.store.channel_by_public_id(widget_id).await {
-        Ok(Some(c)) => c,
-        Ok(None) => return fail(StatusCode::NOT_FOUND, "no such widget"),
-        Err(e) => {
-            tracing::error!(error = %e, "widget lookup failed");
-            return Problem::unavailable().answer(Dialect::Widget);
+/// What each widget endpoint asks of the layer: the visitor's token on the
+/// visitor's endpoints (and the visitor's message rate on a message),
+/// optionally on the callback state and the offline form.
+pub fn needs(channel: &Channel, method: &Method, endpoint: &[&str]) -> VisitorNeed {
+    match endpoint {
+        // The widget sends its visitor token; the form is taken without one
+        // (or with one the hub no longer knows) as well, from anyone.
+        ["offline-messages"] if *method == Method::POST && channel.is_widget() => {
+            VisitorNeed::Optional
         }
-    };
-    let origin = req
-        .headers()
-        .get(ORIGIN)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    // The preflight passes for every site, so that the refusal itself is
-    // what a foreign page's widget reads.
-    if let Some(o) = &origin
-        && *req.method() != Method::OPTIONS
-        && !channel.allowed_origins.is_empty()
-        && !channel.allowed_origins.iter().any(|a| a == o)
-    {
-        // Readable by the page, so its widget stops asking instead of
-        // taking the refusal for a network failure.
-        let refused = fail(StatusCode::FORBIDDEN, "this site may not use the widget");
-        return with_cors(refused, Some(o));
+        _ if !channel.is_widget() => VisitorNeed::None,
+        // With a token, a call under way counts.
+        ["callback"] if *method == Method::GET => VisitorNeed::Optional,
+        ["messages"] if *method == Method::POST => VisitorNeed::Messaging,
+        [name] if WIDGET_ENDPOINTS.contains(name) => VisitorNeed::Required,
+        _ => VisitorNeed::None,
     }
-    let ip = crate::http::client_ip(&req, &app.config.server.trusted_proxies)
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let limits = &app.widget_limits;
-    let over = limits.requests_per_ip.take(&ip).and_then(|()| {
-        if endpoint == ["session"] {
-            limits.sessions_per_ip.take(&ip)
-        } else {
-            Ok(())
-        }
-    });
-    let resp = if let Err(wait) = over {
-        slow_down("too many requests; slow down", wait)
-    } else if *req.method() == Method::OPTIONS {
-        preflight()
-    } else {
-        route(app, req, &channel, endpoint).await
-    };
-    with_cors(resp, origin.as_deref())
 }
 
-async fn route(app: &App, req: Request<Incoming>, channel: &Channel, endpoint: &[&str]) -> Resp {
+/// Routes `/widget/v1/<widget_id>/...` once the layer admitted it.
+pub async fn handle(app: &App, req: Request<Incoming>, admitted: Visitor<'_>) -> Resp {
+    let channel = &admitted.channel;
     let method = req.method().clone();
+    let visitor = admitted.client.as_ref();
     // The offline form predates widget channels: any channel takes it.
-    if endpoint == ["offline-messages"] {
-        return match method {
-            Method::POST => offline_message(app, req, channel).await,
+    let resp = if admitted.endpoint == ["offline-messages"] {
+        match method {
+            Method::POST => offline_message(app, req, channel, visitor).await,
             _ => crate::http::respond::method_not_allowed(),
-        };
-    }
-    if !channel.is_widget() {
-        return fail(StatusCode::NOT_FOUND, "no such widget");
-    }
-    match (method, endpoint) {
-        (Method::POST, ["session"]) => session(app, req, channel).await,
-        (Method::GET, ["callback"]) => {
-            // The token is optional here: with it, a call under way counts.
-            let visitor = visitor(app, &req, channel).await.ok();
-            match app
-                .conversations
-                .callback_state(channel, visitor.as_ref())
-                .await
-            {
-                Ok(state) => json(StatusCode::OK, &callback_answer(state)),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the callback state");
-                    Problem::unavailable().answer(Dialect::Widget)
+        }
+    } else if !channel.is_widget() {
+        fail(StatusCode::NOT_FOUND, "no such widget")
+    } else {
+        match (method, admitted.endpoint) {
+            (Method::POST, ["session"]) => session(app, req, channel).await,
+            (Method::GET, ["callback"]) => {
+                match app.conversations.callback_state(channel, visitor).await {
+                    Ok(state) => json(StatusCode::OK, &callback_answer(state)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the callback state");
+                        Problem::unavailable().answer(Dialect::Widget)
+                    }
                 }
             }
-        }
-        (m, [name]) if WIDGET_ENDPOINTS.contains(name) => {
-            let visitor = match visitor(app, &req, channel).await {
-                Ok(v) => v,
-                Err(resp) => return resp,
-            };
-            match (m, *name) {
-                (Method::GET, "stream") => stream(app, &req, channel, visitor).await,
-                (Method::GET, "messages") => history(app, &visitor).await,
-                (Method::POST, "messages") => send(app, req, channel, &visitor).await,
-                (Method::POST, "typing") => typing(app, req, channel, &visitor).await,
-                (Method::POST, "calls") => start_call(app, req, channel, &visitor).await,
-                (Method::POST, action) => widget_call(app, req, channel, &visitor, action).await,
-                _ => crate::http::respond::method_not_allowed(),
+            (m, [name]) if WIDGET_ENDPOINTS.contains(name) => {
+                // The layer asked for the token on these.
+                let Some(visitor) = visitor else {
+                    return admitted.answer(no_visitor());
+                };
+                match (m, *name) {
+                    (Method::GET, "stream") => stream(app, &req, channel, visitor.clone()).await,
+                    (Method::GET, "messages") => history(app, visitor).await,
+                    (Method::POST, "messages") => send(app, req, channel, visitor).await,
+                    (Method::POST, "typing") => typing(app, req, channel, visitor).await,
+                    (Method::POST, "calls") => start_call(app, req, channel, visitor).await,
+                    (Method::POST, action) => widget_call(app, req, channel, visitor, action).await,
+                    _ => crate::http::respond::method_not_allowed(),
+                }
             }
+            _ => fail(StatusCode::NOT_FOUND, "no such endpoint"),
         }
-        _ => fail(StatusCode::NOT_FOUND, "no such endpoint"),
-    }
+    };
+    admitted.answer(resp)
 }
 
 /// Endpoints that need the visitor's token.
@@ -236,67 +198,8 @@ const WIDGET_ENDPOINTS: [&str; 11] = [
     "history",
 ];
 
-fn fail(status: StatusCode, reason: impl Into<String>) -> Resp {
-    json(
-        status,
-        &json!({ "result": "fail", "reason": reason.into() }),
-    )
-}
-
-/// 429 with `Retry-After`: the page's script (or a well-behaved client)
-/// waits as told instead of guessing.
-fn slow_down(reason: &str, wait: std::time::Duration) -> Resp {
-    crate::http::problem::retry_after(fail(StatusCode::TOO_MANY_REQUESTS, reason), wait)
-}
-
 fn ok() -> Resp {
     json(StatusCode::OK, &json!({ "result": "ok" }))
-}
-
-fn preflight() -> Resp {
-    let mut resp = with_type(StatusCode::NO_CONTENT, "text/plain", full(Bytes::new()));
-    let h = resp.headers_mut();
-    h.insert(
-        ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
-    );
-    h.insert(
-        ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type"),
-    );
-    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
-    resp
-}
-
-/// Lets the page's origin read the answer (the origin was checked already).
-fn with_cors(mut resp: Resp, origin: Option<&str>) -> Resp {
-    let value = origin
-        .and_then(|o| HeaderValue::from_str(o).ok())
-        .unwrap_or_else(|| HeaderValue::from_static("*"));
-    let h = resp.headers_mut();
-    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
-    h.insert(VARY, HeaderValue::from_static("Origin"));
-    resp
-}
-
-/// The visitor a request's token names: `Authorization: Bearer`, or
-/// `?token=` where a browser cannot set headers (`EventSource`).
-async fn visitor(app: &App, req: &Request<Incoming>, channel: &Channel) -> Result<Client, Resp> {
-    let token = bearer(req)
-        .map(str::to_owned)
-        .or_else(|| query_param(req, "token"));
-    let unauthorized = || fail(StatusCode::UNAUTHORIZED, "no valid visitor token");
-    let Some(key) = token.and_then(|t| app.visitor_keys.verify(&channel.public_id, &t)) else {
-        return Err(unauthorized());
-    };
-    match app.store.visitor(channel.id, &key).await {
-        Ok(Some(client)) => Ok(client),
-        Ok(None) => Err(unauthorized()),
-        Err(e) => {
-            tracing::error!(error = %e, "visitor lookup failed");
-            Err(Problem::unavailable().answer(Dialect::Widget))
-        }
-    }
 }
 
 /// The query parameter `name`, decoded.
@@ -579,13 +482,6 @@ async fn send(app: &App, req: Request<Incoming>, channel: &Channel, visitor: &Cl
     };
     if b.text.trim().is_empty() {
         return fail(StatusCode::BAD_REQUEST, "the message is empty");
-    }
-    if let Err(wait) = app
-        .widget_limits
-        .messages_per_visitor
-        .take(&format!("{}:{}", channel.id, visitor.id))
-    {
-        return slow_down("too many messages; slow down", wait);
     }
     let sent = ingest(
         app,
@@ -1074,17 +970,15 @@ async fn learn_agent(
     }
 }
 
-async fn offline_message(app: &App, req: Request<Incoming>, channel: &Channel) -> Resp {
+async fn offline_message(
+    app: &App,
+    req: Request<Incoming>,
+    channel: &Channel,
+    visitor: Option<&Client>,
+) -> Resp {
     // The method's own dialect: `{result: fail, error}`.
     let refuse =
         |status, error: String| Problem::new(status, "fail", error).answer(Dialect::Widget);
-    // The widget sends its visitor token; the form is taken without one (or
-    // with one the hub no longer knows) as well, from anyone.
-    let visitor = if channel.is_widget() {
-        visitor(app, &req, channel).await.ok()
-    } else {
-        None
-    };
     let body = match read_body(req, &app.config.server).await {
         Ok(b) => b,
         Err(e) => return Problem::body(&e).answer(Dialect::Widget),
@@ -1098,7 +992,7 @@ async fn offline_message(app: &App, req: Request<Incoming>, channel: &Channel) -
         .handle(Inbound::OfflineMessage {
             channel,
             form,
-            visitor: visitor.as_ref(),
+            visitor,
         })
         .await;
     match done {

@@ -7,10 +7,10 @@
 //! How an answer is read: 2xx without an error body is delivered; a 4xx or an
 //! `{"error":…}` body is final; anything else is retried.
 
-pub mod oauth;
-pub mod policy;
+pub(crate) mod oauth;
+pub(crate) mod policy;
 mod retry;
-pub mod signing;
+pub(crate) mod signing;
 
 pub use policy::Policy;
 pub use retry::RetryPolicy;

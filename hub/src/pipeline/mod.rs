@@ -3,8 +3,8 @@
 //! change, drop or answer the event and to forward payloads. Edges and the
 //! core never skip this step.
 
-pub mod record;
-pub mod shadow;
+pub(crate) mod record;
+pub(crate) mod shadow;
 mod validate;
 pub mod wiring;
 

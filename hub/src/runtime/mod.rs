@@ -5,7 +5,7 @@ mod bindings;
 mod cache;
 mod counters;
 mod deadline;
-pub mod destinations;
+pub(crate) mod destinations;
 mod engine;
 mod host;
 mod plugin;

@@ -4,8 +4,8 @@
 //! deliverer first picks it up, and the receiver's reply comes back through
 //! [`reply`].
 
-pub mod payload;
-pub mod reply;
+pub(crate) mod payload;
+pub(crate) mod reply;
 
 use plugin_api::crm::{CrmEvent, CrmWebhook};
 use plugin_api::webhook::{NumericId, WebhookEvent};

@@ -4,13 +4,13 @@
 //! reads, changes and queues its webhooks in one transaction. CRM times
 //! (`*_ts`) are Unix seconds.
 
-pub mod clients;
-pub mod deals;
-pub mod organizations;
-pub mod pipelines;
-pub mod statuses;
-pub mod tags;
-pub mod tasks;
+pub(crate) mod clients;
+pub(crate) mod deals;
+pub(crate) mod organizations;
+pub(crate) mod pipelines;
+pub(crate) mod statuses;
+pub(crate) mod tags;
+pub(crate) mod tasks;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection};

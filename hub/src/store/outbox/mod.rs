@@ -13,7 +13,7 @@ mod admin;
 mod claim;
 mod write;
 
-pub use admin::{DeliveryView, OutboxDepth, PendingRows};
+pub use admin::{OutboxDepth, PendingRows};
 pub use write::{
     Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, set_response, unstage,
 };
