@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 
-use crate::clock::now_ms;
+use crate::clock::{Clock, now_ms};
 use crate::ids::{random_bytes, random_token, token_hash};
 use crate::store::{Agent, Store, StoreError};
 
@@ -160,6 +160,7 @@ struct Failures {
 /// Counts failed sign-ins per account and per address.
 pub struct SignIns {
     limits: SignInLimits,
+    clock: Clock,
     failures: Mutex<HashMap<Key, Failures>>,
 }
 
@@ -176,9 +177,10 @@ pub struct Session {
 }
 
 impl SignIns {
-    pub fn new(limits: SignInLimits) -> Self {
+    pub fn new(limits: SignInLimits, clock: Clock) -> Self {
         SignIns {
             limits,
+            clock,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -249,7 +251,7 @@ impl SignIns {
         ip: Option<IpAddr>,
     ) -> Result<Session, SignInError> {
         let keys = Self::keys(email, ip);
-        if let Some(wait) = self.locked(&keys, Instant::now()) {
+        if let Some(wait) = self.locked(&keys, self.clock.now()) {
             return Err(SignInError::Locked(wait));
         }
         let found = store.agent_with_password(email.trim()).await?;
@@ -259,7 +261,7 @@ impl SignIns {
         };
         let matches = verify_password(password, phc).await;
         let Some(agent) = agent.filter(|_| matches) else {
-            let now = Instant::now();
+            let now = self.clock.now();
             self.failed(keys.clone(), now);
             return match self.locked(&keys, now) {
                 Some(wait) => Err(SignInError::Locked(wait)),
@@ -269,7 +271,7 @@ impl SignIns {
         self.succeeded(email);
         let cookie = hex::encode(random_bytes::<32>());
         let csrf_token = hex::encode(random_bytes::<24>());
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let ttl = self.limits.session_ttl;
         let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
         store
@@ -299,11 +301,14 @@ mod tests {
     use super::*;
 
     fn limits(max: u32, lock_ms: u64) -> SignIns {
-        SignIns::new(SignInLimits {
-            max_failures: max,
-            lock: Duration::from_millis(lock_ms),
-            session_ttl: Duration::from_secs(60),
-        })
+        SignIns::new(
+            SignInLimits {
+                max_failures: max,
+                lock: Duration::from_millis(lock_ms),
+                session_ttl: Duration::from_secs(60),
+            },
+            Clock::system(),
+        )
     }
 
     #[test]
