@@ -83,6 +83,24 @@ impl Clock {
         }
     }
 
+    /// Returns once this clock's wall time reads `at_ms` (at once when it
+    /// is past). A wait worked out from a time read earlier cannot miss a
+    /// move of the clock made meanwhile, as a relative sleep would.
+    pub async fn sleep_until_ms(&self, at_ms: i64) {
+        match &self.manual {
+            None => {
+                let left = u64::try_from(at_ms.saturating_sub(now_ms())).unwrap_or(0);
+                if left > 0 {
+                    tokio::time::sleep(Duration::from_millis(left)).await;
+                }
+            }
+            Some(m) => {
+                let since = at_ms.saturating_sub(m.wall_ms);
+                m.until(u64::try_from(since).unwrap_or(0)).await;
+            }
+        }
+    }
+
     /// `work`, unless `d` passes on this clock first.
     pub async fn timeout<F: Future>(&self, d: Duration, work: F) -> Result<F::Output, Elapsed> {
         match &self.manual {
@@ -177,7 +195,9 @@ mod tests {
             std::task::Poll::Ready(Err(Elapsed))
         );
         let at = clock.now() + Duration::from_secs(1);
+        let at_ms = clock.now_ms() + 1000;
         manual.advance(Duration::from_secs(1));
         clock.sleep_until(at).await;
+        clock.sleep_until_ms(at_ms).await;
     }
 }

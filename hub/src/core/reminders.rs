@@ -32,15 +32,18 @@ pub async fn run(
         if *shutdown.borrow() {
             break;
         }
-        let wait = match fire_due(&store, &crm, &kick, &clock).await {
-            Ok(next) => until(next, clock.now_ms()),
+        // Read before the look, so a clock that moved on meanwhile wakes
+        // the loop at once.
+        let looked_at = clock.now_ms();
+        let wake_at = match fire_due(&store, &crm, &kick, looked_at).await {
+            Ok(next) => wake_at(next, looked_at),
             Err(e) => {
                 tracing::error!(error = %e, "task reminders failed; retrying");
-                POLL
+                wake_at(None, looked_at)
             }
         };
         tokio::select! {
-            _ = clock.sleep(wait) => {}
+            _ = clock.sleep_until_ms(wake_at) => {}
             changed = shutdown.changed() => {
                 if changed.is_err() {
                     break;
@@ -50,12 +53,11 @@ pub async fn run(
     }
 }
 
-/// How long after `now_ms` to sleep before the reminder due at `next`
-/// (Unix seconds), at most [`POLL`].
-fn until(next: Option<i64>, now_ms: i64) -> Duration {
-    let Some(next) = next else { return POLL };
-    let left_ms = next.saturating_mul(1000).saturating_sub(now_ms);
-    u64::try_from(left_ms).map_or(Duration::ZERO, |ms| Duration::from_millis(ms).min(POLL))
+/// When (Unix ms) to look again after a look at `now_ms`: when the reminder
+/// due at `next` (Unix seconds) is, at most [`POLL`] later.
+fn wake_at(next: Option<i64>, now_ms: i64) -> i64 {
+    let poll = now_ms.saturating_add(i64::try_from(POLL.as_millis()).unwrap_or(i64::MAX));
+    next.map_or(poll, |next| next.saturating_mul(1000).min(poll))
 }
 
 /// Fires every due reminder; returns when the next one is due.
@@ -63,10 +65,9 @@ async fn fire_due(
     store: &Store,
     crm: &CrmConfig,
     kick: &Kick,
-    clock: &Clock,
+    now: i64,
 ) -> Result<Option<i64>, StoreError> {
     loop {
-        let now = clock.now_ms();
         // Most looks find nothing due: read that without taking the
         // exclusive write turn, which would pause every hot writer.
         {
@@ -116,9 +117,9 @@ mod tests {
 
     #[test]
     fn sleeps_at_most_a_poll() {
-        assert_eq!(until(None, 5_000), POLL);
-        assert_eq!(until(Some(0), 5_000), Duration::ZERO);
-        assert_eq!(until(Some(5), 4_700), Duration::from_millis(300));
-        assert_eq!(until(Some(i64::MAX / 2000), 5_000), POLL);
+        assert_eq!(wake_at(None, 5_000), 6_000);
+        assert_eq!(wake_at(Some(0), 5_000), 0);
+        assert_eq!(wake_at(Some(5), 4_700), 5_000);
+        assert_eq!(wake_at(Some(i64::MAX / 2000), 5_000), 6_000);
     }
 }

@@ -152,24 +152,25 @@ impl Deliverer {
                     self.clock.sleep(Duration::from_millis(500)).await;
                 }
             }
-            let wait = if full {
-                Duration::ZERO
+            // Worked out from `claimed_at`, so a clock that moved on
+            // meanwhile wakes the deliverer at once.
+            let wake_at = if full {
+                claimed_at
             } else {
+                let idle = claimed_at.saturating_add(millis(IDLE_POLL));
                 match self.store.next_due_at(claimed_at).await {
-                    Ok(Some(at)) => Duration::from_millis(
-                        u64::try_from(at - self.clock.now_ms()).unwrap_or(0).max(5),
-                    )
-                    .min(IDLE_POLL),
-                    Ok(None) => IDLE_POLL,
+                    // Always after `claimed_at`: this cannot spin.
+                    Ok(Some(at)) => at.min(idle),
+                    Ok(None) => idle,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the outbox");
-                        IDLE_POLL
+                        idle
                     }
                 }
             };
             tokio::select! {
                 _ = self.kick.0.notified() => {}
-                _ = self.clock.sleep(wait) => {}
+                _ = self.clock.sleep_until_ms(wake_at) => {}
                 _ = shutdown.changed() => {}
                 Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                     rows.remove(&task_id(&done));

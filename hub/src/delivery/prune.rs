@@ -101,13 +101,13 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         tokio::time::timeout(
             Duration::from_secs(5),
-            run(store.clone(), 0, shutdown.clone()),
+            run(store.clone(), 0, Clock::system(), shutdown.clone()),
         )
         .await
         .expect("with 0 hours the task ends at once");
         assert_eq!(delivered(&store).await, 30);
 
-        let task = tokio::spawn(run(store.clone(), 1, shutdown));
+        let task = tokio::spawn(run(store.clone(), 1, Clock::system(), shutdown));
         let started = std::time::Instant::now();
         while delivered(&store).await > 0 {
             assert!(
