@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::future::Either;
 use tokio::sync::watch;
 
 /// The system's wall clock in Unix milliseconds. Only for what decides
@@ -61,13 +62,15 @@ impl Clock {
         }
     }
 
-    /// Returns once `d` has passed on this clock.
-    pub async fn sleep(&self, d: Duration) {
+    /// Returns once `d` has passed on this clock, counted from this call
+    /// (not from the first poll), as `tokio::time::sleep` does.
+    pub fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send + 'static {
         match &self.manual {
-            None => tokio::time::sleep(d).await,
+            None => Either::Left(tokio::time::sleep(d)),
             Some(m) => {
-                let now = *m.elapsed.borrow();
-                m.until(now.saturating_add(millis(d))).await;
+                let m = m.clone();
+                let end = (*m.elapsed.borrow()).saturating_add(millis(d));
+                Either::Right(async move { m.until(end).await })
             }
         }
     }
@@ -101,15 +104,25 @@ impl Clock {
         }
     }
 
-    /// `work`, unless `d` passes on this clock first.
-    pub async fn timeout<F: Future>(&self, d: Duration, work: F) -> Result<F::Output, Elapsed> {
+    /// `work`, unless `d` passes on this clock first (counted from this call).
+    pub fn timeout<F: Future>(
+        &self,
+        d: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<F::Output, Elapsed>> {
         match &self.manual {
-            None => tokio::time::timeout(d, work).await.map_err(|_| Elapsed),
+            None => {
+                let bounded = tokio::time::timeout(d, work);
+                Either::Left(async move { bounded.await.map_err(|_| Elapsed) })
+            }
             Some(_) => {
-                tokio::select! {
-                    out = work => Ok(out),
-                    () = self.sleep(d) => Err(Elapsed),
-                }
+                let end = self.sleep(d);
+                Either::Right(async move {
+                    tokio::select! {
+                        out = work => Ok(out),
+                        () = end => Err(Elapsed),
+                    }
+                })
             }
         }
     }

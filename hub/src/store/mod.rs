@@ -627,16 +627,8 @@ pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
     conn.backend_name() == "PostgreSQL"
 }
 
-/// A store on a fresh database of the PostgreSQL server that
-/// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if any: unit
-/// tests run their SQLite case, then this one.
-#[cfg(test)]
-pub(crate) async fn test_postgres() -> Option<Store> {
-    let url = test_postgres_url().await?;
-    Some(Store::open(&url, Durability::Normal).await.expect("store"))
-}
-
-/// The URL of a fresh database on the test server, if one is named.
+/// The URL of a fresh database on the PostgreSQL server that
+/// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if one is named.
 #[cfg(test)]
 pub(crate) async fn test_postgres_url() -> Option<String> {
     use sqlx::Connection;
