@@ -2174,32 +2174,35 @@ async fn an_expiring_provider_token_is_renewed_before_it_runs_out() {
         }
     };
 
-    hub.say(&web, json!(29), "first").await;
-    let got = provider.wait_for(1, WAIT).await;
-    assert_eq!(got[0].header("authorization"), Some("Bearer tok-1"));
-    let chat = got[0].json()["chat_id"].clone();
-    // Done before the clock moves on, which would time the request out.
-    hub.delivery_done(got[0].header("x-hub-delivery").expect("delivery id"))
-        .await;
+    // The `n`th request to the provider, for the customer's `text`: its
+    // bearer token and chat. Once done: moving the clock on while it is
+    // under way would time it out.
+    let send = |n: usize, text: &'static str| {
+        let (hub, web, provider) = (&hub, &web, &provider);
+        async move {
+            hub.say(web, json!(29), text).await;
+            let got = provider.wait_for(n, WAIT).await.remove(n - 1);
+            hub.delivery_done(got.header("x-hub-delivery").expect("delivery id"))
+                .await;
+            let token = got.header("authorization").map(str::to_owned);
+            (token, got.json()["chat_id"].clone())
+        }
+    };
 
+    let (token, chat) = send(1, "first").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-1"));
     // The token lives 10 s; until 80 % of that it is the one sent.
     clock.advance(Duration::from_millis(7999));
-    hub.say(&web, json!(29), "second").await;
-    let got = provider.wait_for(2, WAIT).await;
-    assert_eq!(got[1].header("authorization"), Some("Bearer tok-1"));
+    let (token, _) = send(2, "second").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-1"));
     assert_eq!(tokens.requests().len(), 1, "renewed too early");
-    hub.delivery_done(got[1].header("x-hub-delivery").expect("delivery id"))
-        .await;
     // From 80 % on, the hub asks for a new one.
     clock.advance(Duration::from_millis(1));
-    hub.say(&web, json!(29), "third").await;
-    let got = provider.wait_for(3, WAIT).await;
-    assert_eq!(got[2].header("authorization"), Some("Bearer tok-2"));
+    let (token, _) = send(3, "third").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-2"));
     assert_eq!(tokens.requests().len(), 2);
 
     // The old token is still taken back until it runs out, not after.
-    hub.delivery_done(got[2].header("x-hub-delivery").expect("delivery id"))
-        .await;
     clock.advance(Duration::from_millis(1999));
     let answer = present("tok-1", chat.clone()).await;
     assert_eq!(

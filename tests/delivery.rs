@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    ADMIN_TOKEN, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel, TestHub,
-    eventually, move_clock_to,
+    ADMIN_TOKEN, EARLY_WINDOW, HubOptions, Integrator, Recorded, Reply, Sse, TestAgent,
+    TestChannel, TestHub, eventually, move_clock_to,
 };
 use hub::clock::ManualClock;
 use hub::event::Direction;
@@ -29,6 +29,17 @@ struct Desk {
 impl Desk {
     async fn open() -> Desk {
         Desk::open_with(HubOptions::default(), false).await
+    }
+
+    /// A desk whose hub runs on `clock`, which also stamps what the integrator gets.
+    async fn open_on(clock: &ManualClock) -> Desk {
+        let opts = HubOptions {
+            clock: Some(clock.clone()),
+            ..HubOptions::default()
+        };
+        let desk = Desk::open_with(opts, false).await;
+        desk.integrator.on_clock(clock);
+        desk
     }
 
     async fn open_with(opts: HubOptions, chunked: bool) -> Desk {
@@ -346,7 +357,8 @@ async fn a_failed_typing_notification_does_not_hold_up_the_next_message() {
 
 #[tokio::test]
 async fn an_error_body_fails_the_delivery_at_once() {
-    let desk = Desk::open().await;
+    let clock = ManualClock::new();
+    let desk = Desk::open_on(&clock).await;
     desk.integrator.set_default(Reply::json(
         200,
         r#"{"error":{"code":3,"message":"user blocked"}}"#,
@@ -362,7 +374,8 @@ async fn an_error_body_fails_the_delivery_at_once() {
     assert_eq!(m["delivery"], "failed");
     assert_eq!(m["delivery_error"], "user blocked");
     // Well past the retry interval: still the one request.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    clock.advance(Duration::from_secs(60));
+    tokio::time::sleep(EARLY_WINDOW).await;
     assert_eq!(
         desk.integrator.requests().len(),
         1,
@@ -373,7 +386,8 @@ async fn an_error_body_fails_the_delivery_at_once() {
 
 #[tokio::test]
 async fn a_4xx_is_final_and_its_reason_is_shown() {
-    let desk = Desk::open().await;
+    let clock = ManualClock::new();
+    let desk = Desk::open_on(&clock).await;
     desk.integrator
         .script([Reply::json(400, "no such user"), Reply::json(404, "")]);
     let chat_id = desk.chat(json!(7)).await;
@@ -402,7 +416,9 @@ async fn a_4xx_is_final_and_its_reason_is_shown() {
         (&json!("failed"), &json!(reason))
     );
 
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Well past the retry interval: still the two requests.
+    clock.advance(Duration::from_secs(60));
+    tokio::time::sleep(EARLY_WINDOW).await;
     let got = desk.integrator.requests();
     assert_eq!(
         labels(&got),
@@ -441,21 +457,23 @@ async fn a_5xx_is_retried_under_the_same_delivery_id() {
 
 #[tokio::test]
 async fn a_receiver_that_always_fails_gets_three_attempts() {
-    let desk = Desk::open().await;
+    let clock = ManualClock::new();
+    let desk = Desk::open_on(&clock).await;
     desk.integrator
         .set_default(Reply::json(500, "database down"));
     let chat_id = desk.chat(json!(7)).await;
     let mut stream = desk.agent.stream().await;
-    let started = Instant::now();
+    let sent_at = clock.now_ms();
     let sent = desk.agent.reply(chat_id, "anyone?").await;
 
-    let ev = delivery_event(&mut stream, &sent, WAIT).await;
     // Attempts at 0, 300 and 600 ms; the give-up comes after the last interval.
-    assert!(
-        started.elapsed() >= Duration::from_millis(800),
-        "failed after {:?}",
-        started.elapsed()
-    );
+    desk.integrator.wait_for(1, WAIT).await;
+    for n in 2..=3 {
+        move_clock_to(&clock, sent_at + 300 * (n - 1)).await;
+        desk.integrator.wait_for(n as usize, WAIT).await;
+    }
+    move_clock_to(&clock, sent_at + 900).await;
+    let ev = delivery_event(&mut stream, &sent, WAIT).await;
     assert_eq!(
         (&ev["state"], &ev["error"]),
         (&json!("failed"), &json!("database down"))
@@ -465,11 +483,24 @@ async fn a_receiver_that_always_fails_gets_three_attempts() {
         (&m["delivery"], &m["delivery_error"]),
         (&json!("failed"), &json!("database down"))
     );
-
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     let got = desk.integrator.requests();
+    let stamps: Vec<Option<i64>> = got.iter().map(|r| r.hub_ms).collect();
+    assert_eq!(
+        stamps,
+        [Some(sent_at), Some(sent_at + 300), Some(sent_at + 600)]
+    );
     assert_eq!(attempt_numbers(&got), ["1", "2", "3"]);
-    one_delivery_id(&got);
+    let id = one_delivery_id(&got);
+    let row = desk.hub.delivery_done(&id).await;
+    assert_eq!(
+        row.finished_at,
+        Some(sent_at + 900),
+        "given up after the last interval"
+    );
+
+    clock.advance(Duration::from_secs(60));
+    tokio::time::sleep(EARLY_WINDOW).await;
+    assert_eq!(desk.integrator.requests().len(), 3, "a fourth attempt");
     desk.stop().await;
 }
 
@@ -626,13 +657,7 @@ async fn the_spec_timing_three_seconds_apart_and_the_error_after_nine() {
     );
     let got = desk.integrator.requests();
     assert_eq!(attempt_numbers(&got), ["1", "2", "3"]);
-    let row = desk
-        .hub
-        .store()
-        .delivery(&one_delivery_id(&got))
-        .await
-        .expect("store")
-        .expect("the delivery");
+    let row = desk.hub.delivery_done(&one_delivery_id(&got)).await;
     assert_eq!(
         row.finished_at,
         Some(sent_at + 9000),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 
-use crate::clock::{Clock, now_ms};
+use crate::clock::Clock;
 use crate::ids::{random_bytes, random_token, token_hash};
 use crate::store::{Agent, Store, StoreError};
 
@@ -241,6 +241,17 @@ impl SignIns {
         map.remove(&Key::Account(email.trim().to_lowercase()));
     }
 
+    /// The agent and CSRF token of a session cookie's value, if it is live.
+    pub async fn session(
+        &self,
+        store: &Store,
+        cookie: &str,
+    ) -> Result<Option<(Agent, String)>, StoreError> {
+        store
+            .session_agent(&token_hash(cookie), self.clock.now_ms())
+            .await
+    }
+
     /// Checks e-mail and password and opens a session. While the account or
     /// the address is locked, even the right password is refused.
     pub async fn sign_in(
@@ -284,11 +295,6 @@ impl SignIns {
             ttl,
         })
     }
-}
-
-/// The agent and CSRF token of a session cookie's value, if it is live.
-pub async fn session(store: &Store, cookie: &str) -> Result<Option<(Agent, String)>, StoreError> {
-    store.session_agent(&token_hash(cookie), now_ms()).await
 }
 
 /// Ends the session of a cookie's value.

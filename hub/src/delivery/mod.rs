@@ -180,6 +180,8 @@ impl Deliverer {
                 rows.remove(&task_id(&done));
             }
         }
+        // In real time: the grace is the operator's wait for a stop, and a
+        // test's held clock must not hold up its hub's shutdown.
         let drained = tokio::time::timeout(grace, async {
             while let Some(done) = inflight.join_next_with_id().await {
                 rows.remove(&task_id(&done));
