@@ -14,9 +14,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::support::{
-    ADMIN_TOKEN, HubOptions, HubProcess, Integrator, Recorded, Reply, Sse, TestAgent, TestChannel,
-    TestHub, eventually, plugin_toml, serve, write_config,
+    ADMIN_TOKEN, EARLY_WINDOW, HubOptions, HubProcess, Integrator, Recorded, Reply, Sse, TestAgent,
+    TestChannel, TestHub, eventually, move_clock_to, plugin_toml, serve, write_config,
 };
+use hub::clock::ManualClock;
 
 /// Generous: CI machines are slow and have two cores.
 const WAIT: Duration = Duration::from_secs(10);
@@ -156,10 +157,25 @@ struct Bay {
 
 impl Bay {
     async fn open() -> Bay {
+        Bay::open_with(HubOptions::default()).await
+    }
+
+    /// A bay whose hub runs on `clock`, which also stamps what the provider gets.
+    async fn open_on(clock: &ManualClock) -> Bay {
+        let bay = Bay::open_with(HubOptions {
+            clock: Some(clock.clone()),
+            ..HubOptions::default()
+        })
+        .await;
+        bay.provider.on_clock(clock);
+        bay
+    }
+
+    async fn open_with(opts: HubOptions) -> Bay {
         let provider = Integrator::start().await;
         let customer = Integrator::start().await;
         let receiver = Integrator::start().await;
-        let hub = TestHub::start().await;
+        let hub = TestHub::start_with(opts).await;
         let ann = hub.create_agent("Ann", "ann@example.com").await;
         let web = channel(
             &hub,
@@ -1218,10 +1234,41 @@ async fn client_info_updates_the_client_and_the_next_client_message() {
     bay.hub.shutdown().await;
 }
 
+/// The spec's bot exchange timing, 3 s per request and 2 retries, so the
+/// hand-off comes 9 s after the first attempt: `requests` of event `name`
+/// reach the provider at `from`, `from` + 3 s and `from` + 6 s of the hub's
+/// clock, the clock moved on by the test; returns them.
+async fn three_attempts_3_s_apart(
+    bay: &Bay,
+    clock: &ManualClock,
+    name: &str,
+    from: i64,
+) -> Vec<Recorded> {
+    let first = bay.wait_bot(name, 1, WAIT).await;
+    assert_eq!(first[0].hub_ms, Some(from), "the first {name} at once");
+    for n in 2..=3 {
+        let due = from + 3000 * (n as i64 - 1);
+        move_clock_to(clock, due).await;
+        let got = bay.wait_bot(name, n, WAIT).await;
+        assert_eq!(
+            got[n - 1].hub_ms,
+            Some(due),
+            "{name} attempt {n} 3 s after the one before"
+        );
+        assert_eq!(
+            got[n - 1].body,
+            got[0].body,
+            "attempt {n} is the same request"
+        );
+    }
+    bay.to_bot(name)
+}
+
 #[tokio::test]
 async fn a_provider_answering_errors_gets_three_attempts_3_s_apart_then_the_chat_goes_to_agents_once()
  {
-    let bay = Bay::open().await;
+    let clock = ManualClock::new();
+    let bay = Bay::open_on(&clock).await;
     // 500 at once, then a 4xx: neither is a regular answer, neither is final.
     let down = Reply::json(500, r#"{"error":{"code":"server_error","message":"down"}}"#);
     bay.provider.script([
@@ -1232,42 +1279,31 @@ async fn a_provider_answering_errors_gets_three_attempts_3_s_apart_then_the_chat
         ),
     ]);
     bay.provider.set_default(down);
+    let said_at = clock.now_ms();
     bay.hub.say(&bay.web, json!(22), "is anybody home?").await;
-    let attempts = bay.wait_bot("CLIENT_MESSAGE", 3, SLOW_WAIT).await;
-    let first = &attempts[0];
-    for (n, pair) in attempts.windows(2).enumerate() {
-        assert_eq!(
-            pair[0].body,
-            pair[1].body,
-            "attempt {} is the same request",
-            n + 2
-        );
-        let gap = pair[1].at.duration_since(pair[0].at);
-        assert!(
-            gap >= Duration::from_millis(2500) && gap <= Duration::from_millis(4500),
-            "attempt {} came {gap:?} after the one before (about 3 s expected)",
-            n + 2
-        );
-    }
-    let chat: i64 = first.json()["chat_id"]
+    let attempts = three_attempts_3_s_apart(&bay, &clock, "CLIENT_MESSAGE", said_at).await;
+    let chat: i64 = attempts[0].json()["chat_id"]
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("chat id");
 
-    // No agent is online: the hand-off tells the (still failing) provider so.
-    let unavailable = bay.wait_bot("AGENT_UNAVAILABLE", 1, SLOW_WAIT).await;
-    let after = unavailable[0].at.duration_since(first.at);
-    assert!(
-        after >= Duration::from_secs(8) && after <= Duration::from_secs(12),
-        "the hand-off came {after:?} after the first attempt (about 9 s expected)"
+    // No agent is online: 9 s after the first attempt, the hand-off tells
+    // the (still failing) provider so.
+    move_clock_to(&clock, said_at + 9000).await;
+    let unavailable = bay.wait_bot("AGENT_UNAVAILABLE", 1, WAIT).await;
+    assert_eq!(
+        unavailable[0].hub_ms,
+        Some(said_at + 9000),
+        "the hand-off 9 s after the first attempt"
     );
     assert_eq!(bay.listed(chat).await["bot"]["state"], "unavailable");
 
     // AGENT_UNAVAILABLE is retried like every request to the provider, with
     // the same id; nothing is handed off twice.
-    let notices = bay.wait_bot("AGENT_UNAVAILABLE", 3, SLOW_WAIT).await;
+    let notices = three_attempts_3_s_apart(&bay, &clock, "AGENT_UNAVAILABLE", said_at + 9000).await;
     let ids: HashSet<String> = notices.iter().map(|r| r.json()["id"].to_string()).collect();
     assert_eq!(ids.len(), 1, "one AGENT_UNAVAILABLE, retried: {ids:?}");
+    clock.advance(Duration::from_secs(60));
     settle().await;
     assert_eq!(bay.to_bot("CLIENT_MESSAGE").len(), 3, "3 attempts, no more");
     assert_eq!(bay.to_bot("AGENT_UNAVAILABLE").len(), 3);
@@ -1276,37 +1312,35 @@ async fn a_provider_answering_errors_gets_three_attempts_3_s_apart_then_the_chat
 
 #[tokio::test]
 async fn a_provider_that_times_out_gets_three_attempts_then_the_chat_waits_for_the_online_agent() {
-    let bay = Bay::open().await;
+    let clock = ManualClock::new();
+    let bay = Bay::open_on(&clock).await;
     bay.ann.set_online(true).await;
+    // Never in time: only the hub's clock, moved on by the test, ends each attempt.
     bay.provider
-        .set_default(Reply::ok().delayed(Duration::from_secs(5)));
+        .set_default(Reply::ok().delayed(Duration::from_secs(600)));
+    let said_at = clock.now_ms();
     bay.hub.say(&bay.web, json!(23), "slow bot?").await;
-    let first = bay.wait_bot("CLIENT_MESSAGE", 1, WAIT).await.remove(0);
-    let chat: i64 = first.json()["chat_id"]
+    let attempts = three_attempts_3_s_apart(&bay, &clock, "CLIENT_MESSAGE", said_at).await;
+    let chat: i64 = attempts[0].json()["chat_id"]
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("chat id");
 
-    let invited = eventually(SLOW_WAIT, "the hand-off to the online agent", || async {
-        let listed = bay.listed(chat).await;
-        (listed["bot"]["state"] == "invited").then(Instant::now)
+    // The third attempt runs out 9 s after the first: not a moment before,
+    // the chat goes to the online agent.
+    clock.advance(Duration::from_millis(2999));
+    tokio::time::sleep(EARLY_WINDOW).await;
+    assert_eq!(
+        bay.listed(chat).await["bot"]["state"],
+        "bot",
+        "handed off before 9 s"
+    );
+    clock.advance(Duration::from_millis(1));
+    eventually(WAIT, "the hand-off to the online agent", || async {
+        (bay.listed(chat).await["bot"]["state"] == "invited").then_some(())
     })
     .await;
-    let after = invited.duration_since(first.at);
-    assert!(
-        after >= Duration::from_secs(8) && after <= Duration::from_secs(12),
-        "the hand-off came {after:?} after the first attempt (about 9 s expected)"
-    );
-    let attempts = bay.to_bot("CLIENT_MESSAGE");
-    assert_eq!(attempts.len(), 3, "3 attempts of 3 s each");
-    for pair in attempts.windows(2) {
-        assert_eq!(pair[0].body, pair[1].body);
-        let gap = pair[1].at.duration_since(pair[0].at);
-        assert!(
-            gap >= Duration::from_millis(2500) && gap <= Duration::from_millis(4500),
-            "attempts {gap:?} apart (about 3 s expected)"
-        );
-    }
+    clock.advance(Duration::from_secs(60));
     settle().await;
     assert_eq!(
         bay.provider.requests().len(),
@@ -2100,14 +2134,19 @@ async fn an_expiring_provider_token_is_renewed_before_it_runs_out() {
     let tokens = Integrator::start().await;
     tokens.script([Reply::json(
         200,
-        r#"{"access_token":"tok-1","expires_in":2}"#,
+        r#"{"access_token":"tok-1","expires_in":10}"#,
     )]);
     tokens.set_default(Reply::json(
         200,
         r#"{"access_token":"tok-2","expires_in":3600}"#,
     ));
     let customer = Integrator::start().await;
-    let hub = TestHub::start().await;
+    let clock = ManualClock::new();
+    let hub = TestHub::start_with(HubOptions {
+        clock: Some(clock.clone()),
+        ..HubOptions::default()
+    })
+    .await;
     let _ann = hub.create_agent("Ann", "ann@example.com").await;
     let web = channel(&hub, "web", &customer, None, &["ann@example.com"]).await;
     let bot = create_bot(
@@ -2117,40 +2156,64 @@ async fn an_expiring_provider_token_is_renewed_before_it_runs_out() {
     )
     .await;
     assert_eq!(bot["authorized"], true);
+    let providers_url = bot["providers_url"].as_str().expect("providers_url");
+    let present = |token: &'static str, chat: Value| {
+        let event = json!({ "event": "BOT_MESSAGE", "chat_id": chat,
+                            "message": text_message("from the provider") })
+        .to_string();
+        let http = hub.http.clone();
+        async move {
+            call(
+                &http,
+                Method::POST,
+                providers_url,
+                &event,
+                Some(&format!("Bearer {token}")),
+            )
+            .await
+        }
+    };
 
-    hub.say(&web, json!(29), "first").await;
-    let got = provider.wait_for(1, WAIT).await;
-    assert_eq!(got[0].header("authorization"), Some("Bearer tok-1"));
-    let chat = got[0].json()["chat_id"].clone();
+    // The `n`th request to the provider, for the customer's `text`: its
+    // bearer token and chat. Once done: moving the clock on while it is
+    // under way would time it out.
+    let send = |n: usize, text: &'static str| {
+        let (hub, web, provider) = (&hub, &web, &provider);
+        async move {
+            hub.say(web, json!(29), text).await;
+            let got = provider.wait_for(n, WAIT).await.remove(n - 1);
+            hub.delivery_done(got.header("x-hub-delivery").expect("delivery id"))
+                .await;
+            let token = got.header("authorization").map(str::to_owned);
+            (token, got.json()["chat_id"].clone())
+        }
+    };
 
-    // The token lives 2 s: past 80 % of that the hub asks for a new one.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
-    hub.say(&web, json!(29), "second").await;
-    let got = provider.wait_for(2, WAIT).await;
-    assert_eq!(got[1].header("authorization"), Some("Bearer tok-2"));
+    let (token, chat) = send(1, "first").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-1"));
+    // The token lives 10 s; until 80 % of that it is the one sent.
+    clock.advance(Duration::from_millis(7999));
+    let (token, _) = send(2, "second").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-1"));
+    assert_eq!(tokens.requests().len(), 1, "renewed too early");
+    // From 80 % on, the hub asks for a new one.
+    clock.advance(Duration::from_millis(1));
+    let (token, _) = send(3, "third").await;
+    assert_eq!(token.as_deref(), Some("Bearer tok-2"));
     assert_eq!(tokens.requests().len(), 2);
 
-    let providers_url = bot["providers_url"].as_str().expect("providers_url");
-    let event = json!({ "event": "BOT_MESSAGE", "chat_id": chat,
-                        "message": text_message("renewed") })
-    .to_string();
-    let answer = call(
-        &hub.http,
-        Method::POST,
-        providers_url,
-        &event,
-        Some("Bearer tok-1"),
-    )
-    .await;
+    // The old token is still taken back until it runs out, not after.
+    clock.advance(Duration::from_millis(1999));
+    let answer = present("tok-1", chat.clone()).await;
+    assert_eq!(
+        answer.0, 200,
+        "the replaced token before it expired: {}",
+        answer.1
+    );
+    clock.advance(Duration::from_millis(1));
+    let answer = present("tok-1", chat.clone()).await;
     assert_refused("an expired token", &answer, 401, "unauthorized_client");
-    let answer = call(
-        &hub.http,
-        Method::POST,
-        providers_url,
-        &event,
-        Some("Bearer tok-2"),
-    )
-    .await;
+    let answer = present("tok-2", chat).await;
     assert_eq!(answer.0, 200, "the current token: {}", answer.1);
     hub.shutdown().await;
 }

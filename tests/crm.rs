@@ -7,8 +7,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::{
-    HubOptions, Integrator, TestAgent, TestHub, eventually, plugin_toml, route_toml,
+    EARLY_WINDOW, HubOptions, Integrator, TestAgent, TestHub, eventually, move_clock_to,
+    plugin_toml, route_toml,
 };
+use hub::clock::ManualClock;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -126,6 +128,20 @@ impl Office {
         let events = Integrator::start().await;
         let replies = Integrator::start().await;
         let hub = TestHub::start_with(crm_options(&crm)).await;
+        Office::staff(hub, crm, events, &replies).await
+    }
+
+    /// An office whose hub runs on `clock`, which also stamps the CRM's webhooks.
+    async fn open_on(clock: &ManualClock) -> Office {
+        let crm = Integrator::start().await;
+        crm.on_clock(clock);
+        let events = Integrator::start().await;
+        let replies = Integrator::start().await;
+        let hub = TestHub::start_with(HubOptions {
+            clock: Some(clock.clone()),
+            ..crm_options(&crm)
+        })
+        .await;
         Office::staff(hub, crm, events, &replies).await
     }
 
@@ -1206,11 +1222,37 @@ async fn invalid_requests_and_conflicts_answer_json_errors() {
     o.hub.shutdown().await;
 }
 
+/// When each `fired_task` reached the CRM, by the hub's clock.
+fn fired_at(rx: &Integrator) -> Vec<Option<i64>> {
+    rx.requests()
+        .iter()
+        .filter(|r| r.json()["event"]["event_name"] == "fired_task")
+        .map(|r| r.hub_ms)
+        .collect()
+}
+
+/// Waits until every webhook the CRM got has its result recorded: moving
+/// the clock on before that would time out one still under way (and send
+/// it again).
+async fn crm_settled(hub: &TestHub, rx: &Integrator) {
+    for r in rx.requests() {
+        hub.delivery_done(r.header("x-hub-delivery").expect("a delivery id"))
+            .await;
+    }
+}
+
+/// Gives a hub whose clock moved on the time to fire what it (wrongly) would.
+async fn let_nothing_fire() {
+    tokio::time::sleep(EARLY_WINDOW).await;
+}
+
 #[tokio::test]
 async fn a_reminder_fires_once_when_due() {
-    let o = Office::open().await;
+    let clock = ManualClock::new();
+    let o = Office::open_on(&clock).await;
     let john = o.client("John").await["client_id"].clone();
-    let notify_ts = now_s() + 2;
+    let clock_s = || clock.now_ms() / 1000;
+    let notify_ts = clock_s() + 60;
     let (status, task) = crm(
         &o.ann,
         Method::POST,
@@ -1219,46 +1261,57 @@ async fn a_reminder_fires_once_when_due() {
     )
     .await;
     assert_eq!(status, 201, "{task}");
+    crm_settled(&o.hub, &o.crm).await;
+    move_clock_to(&clock, notify_ts * 1000).await;
     let fired = crm_events(&o.crm, "fired_task", 1).await;
-    assert!(now_s() >= notify_ts, "fired before its time: {}", fired[0]);
+    assert_eq!(fired_at(&o.crm), [Some(notify_ts * 1000)], "fired when due");
     assert_eq!(fired[0]["site_id"], SITE_ID);
     assert_eq!(fired[0]["event_type"], "crm_task");
     assert_eq!(fired[0]["event"]["task_id"], task["task_id"]);
     assert_eq!(fired[0]["event"]["client"]["client_id"], john);
     assert_eq!(fired[0]["event"]["notify_ts"], notify_ts);
     // Once only.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    crm_settled(&o.hub, &o.crm).await;
+    clock.advance(Duration::from_secs(60));
+    let_nothing_fire().await;
     assert_eq!(crm_events(&o.crm, "fired_task", 1).await.len(), 1);
     // Moving the reminder arms it again; completing a task disarms it.
     let id = task["task_id"].as_i64().expect("task id");
+    let moved_to = clock_s() + 30;
     let (status, _) = crm(
         &o.ann,
         Method::PATCH,
         &format!("tasks/{id}"),
-        json!({"notify_ts": now_s() + 1}),
+        json!({"notify_ts": moved_to}),
     )
     .await;
     assert_eq!(status, 200);
+    crm_settled(&o.hub, &o.crm).await;
+    move_clock_to(&clock, moved_to * 1000).await;
     crm_events(&o.crm, "fired_task", 2).await;
+    assert_eq!(fired_at(&o.crm)[1], Some(moved_to * 1000), "fired when due");
     let (_, quiet) = crm(
         &o.ann,
         Method::POST,
         "tasks",
-        json!({"text": "Done early", "client_id": john, "notify_ts": now_s() + 1}),
+        json!({"text": "Done early", "client_id": john, "notify_ts": clock_s() + 30}),
     )
     .await;
     let path = format!("tasks/{}/complete", quiet["task_id"]);
     assert_eq!(crm(&o.ann, Method::POST, &path, Value::Null).await.0, 200);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    crm_settled(&o.hub, &o.crm).await;
+    clock.advance(Duration::from_secs(60));
+    let_nothing_fire().await;
     assert_eq!(crm_events(&o.crm, "fired_task", 2).await.len(), 2);
     o.hub.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_reminder_due_while_the_hub_was_down_fires_after_restart() {
-    let o = Office::open().await;
+    let clock = ManualClock::new();
+    let o = Office::open_on(&clock).await;
     let john = o.client("John").await["client_id"].clone();
-    let notify_ts = now_s() + 3;
+    let notify_ts = clock.now_ms() / 1000 + 60;
     let (status, task) = crm(
         &o.ann,
         Method::POST,
@@ -1277,25 +1330,21 @@ async fn a_reminder_due_while_the_hub_was_down_fires_after_restart() {
         running.shutdown().await;
     }
     assert!(
-        now_s() < notify_ts,
-        "the hub took too long to stop for this test"
-    );
-    assert!(
         crm_bodies(&crm_rx)
             .iter()
             .all(|b| b["event"]["event_name"] != "fired_task"),
         "fired before the restart"
     );
-    while now_s() <= notify_ts {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    clock.advance(Duration::from_secs(120));
     let hub = hub.restart().await;
     let fired = crm_events(&crm_rx, "fired_task", 1).await;
     assert_eq!(fired[0]["event"]["task_id"], task["task_id"]);
     assert_eq!(fired[0]["event"]["text"], "While away");
     // Once, also across a second restart.
+    crm_settled(&hub, &crm_rx).await;
     let hub = hub.restart().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    clock.advance(Duration::from_secs(60));
+    let_nothing_fire().await;
     assert_eq!(crm_events(&crm_rx, "fired_task", 1).await.len(), 1);
     hub.shutdown().await;
 }

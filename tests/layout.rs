@@ -2,8 +2,8 @@
 //! point down (edges → core → pipeline/runtime/delivery → store/outbound),
 //! only `store/` names sqlx, only `runtime/` names wasmtime, the outbound
 //! client imports nothing of the hub, edges never call other edges, only
-//! the edges' layer checks credentials and limits, and `plugin-api` never
-//! depends on `hub`.
+//! the edges' layer checks credentials and limits, `plugin-api` never
+//! depends on `hub`, and what decides by time reads the hub's `Clock`.
 
 use std::path::{Path, PathBuf};
 
@@ -359,4 +359,59 @@ fn plugin_api_never_depends_on_the_hub() {
         !manifest.lines().any(|l| l.trim_start().starts_with("hub")),
         "plugin-api/Cargo.toml names hub"
     );
+}
+
+/// Where time decides what the hub does, it reads the hub's `Clock`
+/// (ARCHITECTURE.md), so a test can hold time still and move it on: no
+/// system clock, no tokio timer, outside the files' tests, but where the
+/// comment above says why it is `In real time`.
+#[test]
+fn timed_decisions_read_the_hubs_clock() {
+    let timed = [
+        "delivery/mod.rs",
+        "delivery/heartbeat.rs",
+        "outbound/oauth.rs",
+        "core/accounts.rs",
+        "core/reminders.rs",
+        "core/bots.rs",
+        "core/chats.rs",
+        "core/conversations.rs",
+        "core/crm/mod.rs",
+        "core/integration.rs",
+        "core/messages.rs",
+        "core/offline.rs",
+        "core/outcomes.rs",
+        "core/widget.rs",
+    ];
+    let mut wrong = Vec::new();
+    for file in timed {
+        let path = hub_src().join(file);
+        let text = std::fs::read_to_string(&path).expect("source file");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let lines: Vec<&str> = code.lines().collect();
+        for needle in [
+            "Instant::now",
+            "SystemTime::now",
+            "tokio::time::sleep",
+            "tokio::time::timeout",
+            "now_ms()",
+        ] {
+            for (n, line) in code_lines(code, needle) {
+                // `clock.now_ms()` is the hub's clock; a bare `now_ms()` the system's.
+                let bare = line
+                    .match_indices(needle)
+                    .any(|(at, _)| needle != "now_ms()" || !line[..at].ends_with('.'));
+                // The comment block right above the line.
+                let excused = lines[..n - 1]
+                    .iter()
+                    .rev()
+                    .take_while(|l| l.trim_start().starts_with("//"))
+                    .any(|l| l.trim_start().starts_with("// In real time"));
+                if bare && !excused {
+                    wrong.push(format!("{}:{n}: {}", path.display(), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::core::conversations::Conversations;
 use crate::core::live::Live;
@@ -236,6 +237,16 @@ async fn open_store_as(
 /// Starts the hub on a listener the caller bound (tests bind port 0 and
 /// know the address before the hub starts); `[server] listen` is not used.
 pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, StartError> {
+    start_on_clock(listener, config, Clock::system()).await
+}
+
+/// [`start_on`] with the hub's time read from `clock` (tests hold it still
+/// and move it on: retries, reminders, sign-in locks, token renewal).
+pub async fn start_on_clock(
+    listener: TcpListener,
+    config: Config,
+    clock: Clock,
+) -> Result<Running, StartError> {
     crate::obs::mark_started();
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: config.server.listen,
@@ -249,7 +260,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
     // those of instances that stopped beating.
     let reclaimed = match store.backend() {
         crate::store::Backend::Sqlite => store.reclaim_leases().await?,
-        crate::store::Backend::Postgres => store.register_instance(crate::clock::now_ms()).await?,
+        crate::store::Backend::Postgres => store.register_instance(clock.now_ms()).await?,
     };
     if reclaimed > 0 {
         tracing::info!(
@@ -272,7 +283,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
 
     // Every request the hub makes (deliveries, webhooks, bots, plugin
     // destinations, the bot token exchange) goes through this sender.
-    let sender = HttpSender::with_policy(outbound.clone())?;
+    let sender = HttpSender::with_policy(outbound.clone())?.on_clock(clock.clone());
     let runtime = Runtime::with_memory_budget(
         config.resolve(&config.runtime.cache_dir),
         config.runtime.max_concurrent_calls,
@@ -305,8 +316,9 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         pipeline,
         kick.clone(),
         config.webhooks.safe_url,
-        Arc::new(TokenCache::new(sender.clone())),
+        Arc::new(TokenCache::new(sender.clone(), clock.clone())),
         config.crm.clone(),
+        clock.clone(),
     );
     provisioning::sync_declared_bots(&store, &config.bots, &outbound).await?;
     conversations.reload_bots().await?;
@@ -334,14 +346,18 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         wiring.clone(),
         conversations.clone(),
         kick.clone(),
+        clock.clone(),
     );
     let source = config.source.clone();
     let env = config.env.clone();
-    let sign_ins = crate::core::accounts::SignIns::new(crate::core::accounts::SignInLimits {
-        max_failures: config.console.max_failed_sign_ins,
-        lock: Duration::from_secs(config.console.sign_in_lock_secs),
-        session_ttl: Duration::from_secs(config.console.session_hours.saturating_mul(3600)),
-    });
+    let sign_ins = crate::core::accounts::SignIns::new(
+        crate::core::accounts::SignInLimits {
+            max_failures: config.console.max_failed_sign_ins,
+            lock: Duration::from_secs(config.console.sign_in_lock_secs),
+            session_ttl: Duration::from_secs(config.console.session_hours.saturating_mul(3600)),
+        },
+        clock.clone(),
+    );
     let app = Arc::new(App {
         admin_token: config.admin.token.clone().filter(|t| !t.is_empty()),
         sign_ins,
@@ -366,6 +382,7 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
         store.clone(),
         app.config.crm.clone(),
         app.kick.clone(),
+        clock.clone(),
         shutdown.clone(),
     ));
     if store.backend() == crate::store::Backend::Postgres {
@@ -376,12 +393,14 @@ pub async fn start_on(listener: TcpListener, config: Config) -> Result<Running, 
                 every: Duration::from_millis(app.config.delivery.heartbeat_ms),
                 takeover: Duration::from_millis(app.config.delivery.takeover_ms),
             },
+            clock.clone(),
             shutdown.clone(),
         ));
     }
     tokio::spawn(crate::delivery::prune::run(
         store.clone(),
         app.config.storage.delivered_retention_hours,
+        clock,
         shutdown.clone(),
     ));
     let conversations = app.conversations.clone();

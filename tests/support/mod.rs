@@ -18,6 +18,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hub::app::Running;
+use hub::clock::ManualClock;
 use hub::config::{Config, Env};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -42,6 +43,9 @@ pub struct HubOptions {
     pub lease_ms: u64,
     /// Extra TOML appended to the file, e.g. `[[channels]]` tables.
     pub extra_toml: String,
+    /// The hub's time, held still and moved on by the test; the system's
+    /// clock when `None`. A restart keeps it.
+    pub clock: Option<ManualClock>,
 }
 
 impl Default for HubOptions {
@@ -54,6 +58,7 @@ impl Default for HubOptions {
             shutdown_grace_ms: 5000,
             lease_ms: 30_000,
             extra_toml: String::new(),
+            clock: None,
         }
     }
 }
@@ -340,7 +345,12 @@ impl TestHub {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a port for the hub");
-        let running = hub::app::start_on(listener, config)
+        let clock = opts
+            .clock
+            .as_ref()
+            .map(ManualClock::clock)
+            .unwrap_or_default();
+        let running = hub::app::start_on_clock(listener, config, clock)
             .await
             .expect("hub starts");
         TestHub {
@@ -371,6 +381,20 @@ impl TestHub {
 
     pub fn store(&self) -> &hub::store::Store {
         self.running.as_ref().expect("hub running").store()
+    }
+
+    /// Waits until delivery `id` is no longer pending (nor in flight), and
+    /// returns it: a test that moves the hub's clock on waits for this first,
+    /// or the move would time out a request still under way.
+    pub async fn delivery_done(&self, id: &str) -> hub::store::DeliveryView {
+        eventually(Duration::from_secs(10), "the delivery's result", || async {
+            self.store()
+                .delivery(id)
+                .await
+                .expect("reading the delivery")
+                .filter(|d| d.state != "pending")
+        })
+        .await
     }
 
     pub fn running(&self) -> &Running {
@@ -603,6 +627,22 @@ impl TestAgent {
     }
 }
 
+/// How long a test that moves a [`ManualClock`] gives the hub to do what it
+/// must not do yet, before the clock reaches the time it is due: a hub that
+/// acts early is then seen doing so, with the early time on its stamps.
+pub const EARLY_WINDOW: Duration = Duration::from_millis(200);
+
+/// Moves `clock` on to `at_ms` (Unix ms): first to 1 ms before it, where
+/// nothing due at `at_ms` may happen yet ([`EARLY_WINDOW`]), then onto it.
+pub async fn move_clock_to(clock: &ManualClock, at_ms: i64) {
+    let now = clock.now_ms();
+    assert!(now < at_ms, "the clock is at {now}, past {at_ms}");
+    let ms = |n: i64| Duration::from_millis(u64::try_from(n).expect("forward"));
+    clock.advance(ms(at_ms - 1 - now));
+    tokio::time::sleep(EARLY_WINDOW).await;
+    clock.advance(ms(1));
+}
+
 /// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
@@ -659,6 +699,9 @@ pub struct Recorded {
     pub headers: http::HeaderMap,
     pub body: Bytes,
     pub at: Instant,
+    /// When it arrived by the hub's clock, for an integrator given one
+    /// ([`Integrator::on_clock`]).
+    pub hub_ms: Option<i64>,
 }
 
 impl Recorded {
@@ -676,6 +719,7 @@ impl Recorded {
 
 struct IntegratorState {
     requests: Vec<Recorded>,
+    clock: Option<ManualClock>,
     script: VecDeque<Reply>,
     default: Reply,
 }
@@ -703,6 +747,7 @@ impl Integrator {
             addr,
             state: Arc::new(Mutex::new(IntegratorState {
                 requests: Vec::new(),
+                clock: None,
                 script: VecDeque::new(),
                 default: Reply::ok(),
             })),
@@ -728,11 +773,13 @@ impl Integrator {
             .unwrap_or_default();
         let reply = {
             let mut st = self.state.lock().expect("integrator state");
+            let hub_ms = st.clock.as_ref().map(ManualClock::now_ms);
             st.requests.push(Recorded {
                 path: parts.uri.path().to_owned(),
                 headers: parts.headers,
                 body,
                 at: Instant::now(),
+                hub_ms,
             });
             st.script.pop_front().unwrap_or_else(|| st.default.clone())
         };
@@ -747,6 +794,11 @@ impl Integrator {
             http::HeaderValue::from_static(reply.content_type),
         );
         resp
+    }
+
+    /// Stamps each later request with `clock`'s time ([`Recorded::hub_ms`]).
+    pub fn on_clock(&self, clock: &ManualClock) {
+        self.state.lock().expect("state").clock = Some(clock.clone());
     }
 
     /// Queues replies for the next requests.

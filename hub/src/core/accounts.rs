@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::ids::{random_bytes, random_token, token_hash};
 use crate::store::{Agent, Store, StoreError};
 
@@ -160,6 +160,7 @@ struct Failures {
 /// Counts failed sign-ins per account and per address.
 pub struct SignIns {
     limits: SignInLimits,
+    clock: Clock,
     failures: Mutex<HashMap<Key, Failures>>,
 }
 
@@ -176,9 +177,10 @@ pub struct Session {
 }
 
 impl SignIns {
-    pub fn new(limits: SignInLimits) -> Self {
+    pub fn new(limits: SignInLimits, clock: Clock) -> Self {
         SignIns {
             limits,
+            clock,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -239,6 +241,17 @@ impl SignIns {
         map.remove(&Key::Account(email.trim().to_lowercase()));
     }
 
+    /// The agent and CSRF token of a session cookie's value, if it is live.
+    pub async fn session(
+        &self,
+        store: &Store,
+        cookie: &str,
+    ) -> Result<Option<(Agent, String)>, StoreError> {
+        store
+            .session_agent(&token_hash(cookie), self.clock.now_ms())
+            .await
+    }
+
     /// Checks e-mail and password and opens a session. While the account or
     /// the address is locked, even the right password is refused.
     pub async fn sign_in(
@@ -249,7 +262,7 @@ impl SignIns {
         ip: Option<IpAddr>,
     ) -> Result<Session, SignInError> {
         let keys = Self::keys(email, ip);
-        if let Some(wait) = self.locked(&keys, Instant::now()) {
+        if let Some(wait) = self.locked(&keys, self.clock.now()) {
             return Err(SignInError::Locked(wait));
         }
         let found = store.agent_with_password(email.trim()).await?;
@@ -259,7 +272,7 @@ impl SignIns {
         };
         let matches = verify_password(password, phc).await;
         let Some(agent) = agent.filter(|_| matches) else {
-            let now = Instant::now();
+            let now = self.clock.now();
             self.failed(keys.clone(), now);
             return match self.locked(&keys, now) {
                 Some(wait) => Err(SignInError::Locked(wait)),
@@ -269,7 +282,7 @@ impl SignIns {
         self.succeeded(email);
         let cookie = hex::encode(random_bytes::<32>());
         let csrf_token = hex::encode(random_bytes::<24>());
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let ttl = self.limits.session_ttl;
         let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
         store
@@ -284,11 +297,6 @@ impl SignIns {
     }
 }
 
-/// The agent and CSRF token of a session cookie's value, if it is live.
-pub async fn session(store: &Store, cookie: &str) -> Result<Option<(Agent, String)>, StoreError> {
-    store.session_agent(&token_hash(cookie), now_ms()).await
-}
-
 /// Ends the session of a cookie's value.
 pub async fn sign_out(store: &Store, cookie: &str) -> Result<(), StoreError> {
     store.delete_session(&token_hash(cookie)).await
@@ -299,11 +307,14 @@ mod tests {
     use super::*;
 
     fn limits(max: u32, lock_ms: u64) -> SignIns {
-        SignIns::new(SignInLimits {
-            max_failures: max,
-            lock: Duration::from_millis(lock_ms),
-            session_ttl: Duration::from_secs(60),
-        })
+        SignIns::new(
+            SignInLimits {
+                max_failures: max,
+                lock: Duration::from_millis(lock_ms),
+                session_ttl: Duration::from_secs(60),
+            },
+            Clock::system(),
+        )
     }
 
     #[test]

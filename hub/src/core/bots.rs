@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::clock::now_ms;
 use crate::core::bot_hooks::{Directory, queue_notice};
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
@@ -182,7 +181,7 @@ impl Conversations {
             .await?
             .ok_or(CoreError::NotFound)?;
         let mut w = self.store.begin_write().await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let state = chat_bot_in_tx(&mut w.tx, chat.id)
             .await?
             .map(|cb| cb.state)
@@ -472,14 +471,21 @@ impl Conversations {
         if !outcome.forwards.is_empty() || !outcome.kv_writes.is_empty() {
             let mut w = self.store.begin_write().await?;
             let writes = [(Arc::<str>::from(plugin), outcome.kv_writes)];
-            record_effects(&mut w.tx, &event, &outcome.forwards, &writes, now_ms()).await?;
+            record_effects(
+                &mut w.tx,
+                &event,
+                &outcome.forwards,
+                &writes,
+                self.clock.now_ms(),
+            )
+            .await?;
             w.commit().await?;
             self.kick.kick();
         }
         let Action::Reply(reply) = outcome.action else {
             return Ok(Final::Delivered { answer: None });
         };
-        let answers = match bot::parse_answers(&reply, now_ms() / 1000) {
+        let answers = match bot::parse_answers(&reply, self.clock.now_ms() / 1000) {
             Ok(a) => a,
             Err(e) => return Ok(Final::Failed(format!("the plugin's reply: {e}"))),
         };

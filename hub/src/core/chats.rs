@@ -5,7 +5,6 @@
 
 use serde_json::json;
 
-use crate::clock::now_ms;
 use crate::core::bot_hooks::{self};
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
@@ -41,7 +40,7 @@ impl Conversations {
             (ChatState::Closed, _) => return Err(CoreError::Conflict("the chat is closed".into())),
             (ChatState::Open, _) => {}
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         set_chat_state(&mut w.tx, chat.id, ChatState::Accepted, Some(agent.id), now).await?;
         webhooks::queue_chat_event(&mut w.tx, chat.id, true, now).await?;
         bot_hooks::on_agent_joined(&mut w.tx, &self.bots.current(), &chat, now).await?;
@@ -58,7 +57,7 @@ impl Conversations {
         chat: Chat,
         routed: &Routed,
     ) -> Result<Chat, CoreError> {
-        record_in(&mut w.tx, routed, now_ms()).await?;
+        record_in(&mut w.tx, routed, self.clock.now_ms()).await?;
         w.commit().await?;
         if !routed.forwards.is_empty() {
             self.kick.kick();
@@ -108,7 +107,7 @@ impl Conversations {
             }
             _ => {}
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         set_chat_state(&mut w.tx, chat.id, ChatState::Closed, Some(agent.id), now).await?;
         bot_hooks::on_chat_closed(&mut w.tx, &self.bots.current(), &chat, now).await?;
         if let Some((channel_id, event)) =

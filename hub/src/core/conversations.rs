@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::config::CrmConfig;
 use crate::core::batch::Batcher;
 use crate::core::bot_hooks::BotDirectory;
@@ -45,9 +45,12 @@ pub struct Conversations {
     pub(super) tokens: Arc<TokenCache>,
     /// The CRM's account (`site_id`, also of bot events) and webhook receiver.
     pub(super) crm: CrmConfig,
+    /// The hub's time: what rows record and what decides by time read it.
+    pub(crate) clock: Clock,
 }
 
 impl Conversations {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         live: Live,
@@ -56,8 +59,10 @@ impl Conversations {
         safe_url: bool,
         tokens: Arc<TokenCache>,
         crm: CrmConfig,
+        clock: Clock,
     ) -> Arc<Conversations> {
         Arc::new(Conversations {
+            clock,
             bots: BotDirectory::default(),
             tokens,
             crm,
@@ -73,6 +78,11 @@ impl Conversations {
         })
     }
 
+    /// The hub's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     pub fn reply_skips(&self) -> &reply::SkippedCounts {
         &self.reply_skips
     }
@@ -81,7 +91,7 @@ impl Conversations {
     /// row and its plugins' forwards and key-value writes are kept.
     pub(crate) async fn record_dropped(&self, routed: &Routed) -> Result<(), CoreError> {
         let mut w = self.store.begin_write().await?;
-        record_in(&mut w.tx, routed, now_ms()).await?;
+        record_in(&mut w.tx, routed, self.clock.now_ms()).await?;
         w.commit().await?;
         if !routed.forwards.is_empty() {
             self.kick.kick();

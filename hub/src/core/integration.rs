@@ -6,7 +6,6 @@ use plugin_api::webhook::{Call, CallStatus, CallType};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::clock::now_ms;
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
 use crate::core::webhooks::{self, payload, reply::Integration};
@@ -30,7 +29,7 @@ impl Conversations {
                 "no crm_link was offered for this chat".into(),
             ));
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         set_crm_link(&mut w.tx, chat.client_id, link.as_str(), now).await?;
         if let Some((channel_id, event)) =
             payload::chat_assigned(&mut w.tx, chat.id, link.clone()).await?
@@ -53,7 +52,7 @@ impl Conversations {
         routed: &Routed,
     ) -> Result<Map<String, Value>, CoreError> {
         let mut w = self.store.begin_write().await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let attributes = merge_attributes(&mut w.tx, chat.client_id, changes, now).await?;
         record_in(&mut w.tx, routed, now).await?;
         w.commit().await?;
@@ -68,7 +67,7 @@ impl Conversations {
         report: CallReport,
         routed: &Routed,
     ) -> Result<Value, CoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let (call_id, chat_id, call) = match report {
             CallReport::Start {
                 chat_id,

@@ -10,7 +10,6 @@ use serde_json::json;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::clock::now_ms;
 use crate::core::bot_hooks::BotHook;
 use crate::core::conversations::Conversations;
 use crate::core::error::{CoreError, Passage};
@@ -108,7 +107,7 @@ impl Conversations {
             body,
             uid: Uuid::now_v7().to_string(),
             event: routed.event,
-            now: now_ms(),
+            now: self.clock.now_ms(),
         };
         let directory = self.bots.current();
         let bot = (!directory.is_empty()).then(|| BotHook {
@@ -310,7 +309,7 @@ impl Conversations {
         } else {
             wire
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let agent = match by {
             By::Agent(agent) => Some(agent),
             By::Auto => None,

@@ -6,7 +6,6 @@ use plugin_api::lenient::ExternalId;
 use plugin_api::widget::{OfflineMessageEvent, OfflineMessageInput};
 use tracing::Instrument;
 
-use crate::clock::now_ms;
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
 use crate::core::error::Passage;
@@ -84,7 +83,7 @@ impl Conversations {
         visitor: Option<&Client>,
         routed: &Routed,
     ) -> Result<i64, CoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut w = self.store.begin_write().await?;
         let client_id = match visitor.filter(|v| v.channel_id == channel.id) {
             Some(visitor) => {

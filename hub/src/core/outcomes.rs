@@ -6,7 +6,6 @@
 
 use serde_json::json;
 
-use crate::clock::now_ms;
 use crate::core::conversations::Conversations;
 use crate::core::results::{ResultJob, into_store_error};
 use crate::core::webhooks::{self, reply};
@@ -40,7 +39,7 @@ impl Finisher for Conversations {
                 &routed.event,
                 &routed.forwards,
                 &routed.kv_writes,
-                now_ms(),
+                self.clock.now_ms(),
             )
             .await?;
             let staged = match routed.verdict {
@@ -98,7 +97,7 @@ impl Finisher for Conversations {
                 }
                 _ => None,
             };
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let forwarded = !routed.forwards.is_empty();
             let shown = match &integration {
                 // The common case: written with whatever other results wait.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use plugin_api::crm::{CrmEvent, TaskEvent};
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::config::CrmConfig;
 use crate::delivery::Kick;
 use crate::store::crm::tasks;
@@ -21,20 +21,29 @@ const POLL: Duration = Duration::from_secs(1);
 const BATCH: i64 = 100;
 
 /// Runs until `shutdown` turns true (or its sender is gone).
-pub async fn run(store: Store, crm: CrmConfig, kick: Kick, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    store: Store,
+    crm: CrmConfig,
+    kick: Kick,
+    clock: Clock,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         if *shutdown.borrow() {
             break;
         }
-        let wait = match fire_due(&store, &crm, &kick).await {
-            Ok(next) => until(next),
+        // Read before the look, so a clock that moved on meanwhile wakes
+        // the loop at once.
+        let looked_at = clock.now_ms();
+        let wake_at = match fire_due(&store, &crm, &kick, looked_at).await {
+            Ok(next) => wake_at(next, looked_at),
             Err(e) => {
                 tracing::error!(error = %e, "task reminders failed; retrying");
-                POLL
+                wake_at(None, looked_at)
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = clock.sleep_until_ms(wake_at) => {}
             changed = shutdown.changed() => {
                 if changed.is_err() {
                     break;
@@ -44,17 +53,21 @@ pub async fn run(store: Store, crm: CrmConfig, kick: Kick, mut shutdown: watch::
     }
 }
 
-/// How long to sleep before the reminder due at `next` (Unix seconds), at most [`POLL`].
-fn until(next: Option<i64>) -> Duration {
-    let Some(next) = next else { return POLL };
-    let left_ms = next.saturating_mul(1000).saturating_sub(now_ms());
-    u64::try_from(left_ms).map_or(Duration::ZERO, |ms| Duration::from_millis(ms).min(POLL))
+/// When (Unix ms) to look again after a look at `now_ms`: when the reminder
+/// due at `next` (Unix seconds) is, at most [`POLL`] later.
+fn wake_at(next: Option<i64>, now_ms: i64) -> i64 {
+    let poll = now_ms.saturating_add(i64::try_from(POLL.as_millis()).unwrap_or(i64::MAX));
+    next.map_or(poll, |next| next.saturating_mul(1000).min(poll))
 }
 
 /// Fires every due reminder; returns when the next one is due.
-async fn fire_due(store: &Store, crm: &CrmConfig, kick: &Kick) -> Result<Option<i64>, StoreError> {
+async fn fire_due(
+    store: &Store,
+    crm: &CrmConfig,
+    kick: &Kick,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
     loop {
-        let now = now_ms();
         // Most looks find nothing due: read that without taking the
         // exclusive write turn, which would pause every hot writer.
         {
@@ -104,8 +117,9 @@ mod tests {
 
     #[test]
     fn sleeps_at_most_a_poll() {
-        assert_eq!(until(None), POLL);
-        assert_eq!(until(Some(0)), Duration::ZERO);
-        assert_eq!(until(Some(i64::MAX / 2000)), POLL);
+        assert_eq!(wake_at(None, 5_000), 6_000);
+        assert_eq!(wake_at(Some(0), 5_000), 0);
+        assert_eq!(wake_at(Some(5), 4_700), 5_000);
+        assert_eq!(wake_at(Some(i64::MAX / 2000), 5_000), 6_000);
     }
 }

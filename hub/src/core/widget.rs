@@ -9,7 +9,6 @@ use plugin_api::widget::{ContactInfo, CustomDataField, MAX_CUSTOM_DATA_FIELDS};
 use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
-use crate::clock::now_ms;
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
 use crate::core::error::Passage;
@@ -198,7 +197,7 @@ impl Conversations {
         channel: &Channel,
         visitor: Option<&Client>,
     ) -> Result<Result<(), String>, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let config: Option<crate::config::CallsConfig> = channel
             .calls
             .as_ref()
@@ -257,7 +256,7 @@ impl Conversations {
                 return Err(CoreError::Conflict(format!("refused: {reason}")));
             }
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let sender = plugin_api::channel::CustomerSender {
             id: plugin_api::lenient::ExternalId::Str(key),
             name: None,
@@ -321,7 +320,7 @@ impl Conversations {
             Passage::Through(routed) => *routed,
             Passage::Dropped(_) => return Ok(()),
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut w = self.store.begin_write().await?;
         let applied = self
             .apply_widget_action(&mut w.tx, channel, client, chat, &action, now)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::Kick;
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::store::Store;
 use crate::store::instances::Beat;
 
@@ -22,7 +22,13 @@ pub struct Heartbeat {
 
 /// Beats until `shutdown` (`Running::shutdown` then forgets this instance,
 /// once the deliverer has given its leases back).
-pub async fn run(store: Store, kick: Kick, beat: Heartbeat, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    store: Store,
+    kick: Kick,
+    beat: Heartbeat,
+    clock: Clock,
+    mut shutdown: watch::Receiver<bool>,
+) {
     // Only an instance whose own heartbeats have gone through for a whole
     // takeover window judges others: after a database outage every
     // heartbeat is old, and the first instance back must not take the
@@ -30,15 +36,15 @@ pub async fn run(store: Store, kick: Kick, beat: Heartbeat, mut shutdown: watch:
     let mut beating_since: Option<Instant> = None;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(beat.every) => {}
+            _ = clock.sleep(beat.every) => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
             return;
         }
-        match store.heartbeat(now_ms()).await {
+        match store.heartbeat(clock.now_ms()).await {
             Ok(Beat::Alive) => {
-                beating_since.get_or_insert_with(Instant::now);
+                beating_since.get_or_insert_with(|| clock.now());
             }
             Ok(Beat::Reclaimed) => {
                 tracing::warn!(
@@ -46,7 +52,7 @@ pub async fn run(store: Store, kick: Kick, beat: Heartbeat, mut shutdown: watch:
                     "this instance was taken for dead (or another process uses its \
                      `[server] instance_id`); deliveries it held may be sent twice"
                 );
-                beating_since = Some(Instant::now());
+                beating_since = Some(clock.now());
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot record this instance's heartbeat");
@@ -54,15 +60,17 @@ pub async fn run(store: Store, kick: Kick, beat: Heartbeat, mut shutdown: watch:
                 continue;
             }
         }
-        if beating_since.is_some_and(|since| since.elapsed() >= beat.takeover) {
-            take_over(&store, &kick, beat.takeover).await;
+        if beating_since
+            .is_some_and(|since| clock.now().saturating_duration_since(since) >= beat.takeover)
+        {
+            take_over(&store, &kick, beat.takeover, clock.now_ms()).await;
         }
     }
 }
 
-async fn take_over(store: &Store, kick: &Kick, takeover: Duration) {
+async fn take_over(store: &Store, kick: &Kick, takeover: Duration, now_ms: i64) {
     let window = i64::try_from(takeover.as_millis()).unwrap_or(i64::MAX);
-    match store.take_over_dead(now_ms().saturating_sub(window)).await {
+    match store.take_over_dead(now_ms.saturating_sub(window)).await {
         Ok(taken) => {
             for t in &taken {
                 tracing::info!(

@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 pub use policy::Policies;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::obs::{self, DeliveryResult};
 use crate::outbound::signing::{self, Secret};
 use crate::outbound::{
@@ -92,6 +92,8 @@ pub struct Deliverer {
     wiring: WiringHandle,
     finisher: Arc<dyn Finisher>,
     kick: Kick,
+    /// Decides when rows are due and stamps attempts.
+    clock: Clock,
 }
 
 const BATCH: i64 = 64;
@@ -107,6 +109,7 @@ impl Deliverer {
         wiring: WiringHandle,
         finisher: Arc<dyn Finisher>,
         kick: Kick,
+        clock: Clock,
     ) -> Arc<Deliverer> {
         Arc::new(Deliverer {
             store,
@@ -115,6 +118,7 @@ impl Deliverer {
             wiring,
             finisher,
             kick,
+            clock,
         })
     }
 
@@ -130,7 +134,7 @@ impl Deliverer {
             // The configuration refuses a lease that does not outlast every
             // attempt's timeout (a reload too), so a live attempt keeps its row.
             let lease_ms = millis(self.policies.lease);
-            let claimed_at = now_ms();
+            let claimed_at = self.clock.now_ms();
             // A full batch may have left more behind: claim again at once.
             let mut full = false;
             match self.store.claim_due(claimed_at, lease_ms, BATCH).await {
@@ -145,27 +149,28 @@ impl Deliverer {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot claim deliveries");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    self.clock.sleep(Duration::from_millis(500)).await;
                 }
             }
-            let wait = if full {
-                Duration::ZERO
+            // Worked out from `claimed_at`, so a clock that moved on
+            // meanwhile wakes the deliverer at once.
+            let wake_at = if full {
+                claimed_at
             } else {
+                let idle = claimed_at.saturating_add(millis(IDLE_POLL));
                 match self.store.next_due_at(claimed_at).await {
-                    Ok(Some(at)) => {
-                        Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0).max(5))
-                            .min(IDLE_POLL)
-                    }
-                    Ok(None) => IDLE_POLL,
+                    // Always after `claimed_at`: this cannot spin.
+                    Ok(Some(at)) => at.min(idle),
+                    Ok(None) => idle,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the outbox");
-                        IDLE_POLL
+                        idle
                     }
                 }
             };
             tokio::select! {
                 _ = self.kick.0.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
+                _ = self.clock.sleep_until_ms(wake_at) => {}
                 _ = shutdown.changed() => {}
                 Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                     rows.remove(&task_id(&done));
@@ -175,6 +180,8 @@ impl Deliverer {
                 rows.remove(&task_id(&done));
             }
         }
+        // In real time: the grace is the operator's wait for a stop, and a
+        // test's held clock must not hold up its hub's shutdown.
         let drained = tokio::time::timeout(grace, async {
             while let Some(done) = inflight.join_next_with_id().await {
                 rows.remove(&task_id(&done));
@@ -274,7 +281,7 @@ impl Deliverer {
                 .settle(row, &Final::Failed(reason), DeliveryResult::Failed)
                 .await;
         }
-        let started = now_ms();
+        let started = self.clock.now_ms();
         let attempt_no = row.attempts + 1;
         let outcome = self
             .send_attempt(row, &policy, headers, attempt_no, started)
@@ -375,7 +382,7 @@ impl Deliverer {
                 let next_at = if attempt_no < max {
                     started.saturating_add(millis(policy.wait_after(attempt_no)))
                 } else {
-                    give_up_at.max(now_ms())
+                    give_up_at.max(self.clock.now_ms())
                 };
                 let retry = Retry {
                     next_at,

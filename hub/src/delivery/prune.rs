@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::store::{Store, StoreError};
 
 /// How often the outbox is pruned.
@@ -22,13 +22,18 @@ const BETWEEN: Duration = Duration::from_millis(20);
 
 /// Prunes at start and then every [`EVERY`], until `shutdown` turns true
 /// (or its sender is gone); with `retention_hours` 0, does nothing.
-pub async fn run(store: Store, retention_hours: u64, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    store: Store,
+    retention_hours: u64,
+    clock: Clock,
+    mut shutdown: watch::Receiver<bool>,
+) {
     if retention_hours == 0 {
         return;
     }
     let keep = i64::try_from(retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
     loop {
-        match prune_before(&store, now_ms().saturating_sub(keep), &shutdown).await {
+        match prune_before(&store, clock.now_ms().saturating_sub(keep), &shutdown).await {
             Ok(0) => {}
             Ok(pruned) => {
                 tracing::info!(
@@ -40,7 +45,7 @@ pub async fn run(store: Store, retention_hours: u64, mut shutdown: watch::Receiv
             Err(e) => tracing::warn!(error = %e, "cannot prune the outbox"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(EVERY) => {}
+            _ = clock.sleep(EVERY) => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
@@ -96,13 +101,13 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         tokio::time::timeout(
             Duration::from_secs(5),
-            run(store.clone(), 0, shutdown.clone()),
+            run(store.clone(), 0, Clock::system(), shutdown.clone()),
         )
         .await
         .expect("with 0 hours the task ends at once");
         assert_eq!(delivered(&store).await, 30);
 
-        let task = tokio::spawn(run(store.clone(), 1, shutdown));
+        let task = tokio::spawn(run(store.clone(), 1, Clock::system(), shutdown));
         let started = std::time::Instant::now();
         while delivered(&store).await > 0 {
             assert!(

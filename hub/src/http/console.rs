@@ -189,7 +189,7 @@ async fn resume(app: &App, req: &Request<Incoming>) -> Resp {
     let Some(value) = session::cookie(req) else {
         return error(StatusCode::UNAUTHORIZED, "unauthorized", "not signed in");
     };
-    match accounts::session(&app.store, value).await {
+    match app.sign_ins.session(&app.store, value).await {
         Ok(Some((agent, csrf))) => no_store(json(StatusCode::OK, &session_json(&agent, &csrf))),
         Ok(None) => error(
             StatusCode::UNAUTHORIZED,

@@ -6,7 +6,6 @@
 use http::header::COOKIE;
 use http::{Method, Request, StatusCode};
 
-use crate::core::accounts;
 use crate::http::App;
 use crate::http::problem::{Dialect, Problem};
 use crate::http::respond::{Resp, error};
@@ -43,7 +42,7 @@ pub async fn agent<B>(app: &App, req: &Request<B>) -> Result<Option<Agent>, Resp
     let Some(value) = cookie(req) else {
         return Ok(None);
     };
-    let (agent, csrf) = match accounts::session(&app.store, value).await {
+    let (agent, csrf) = match app.sign_ins.session(&app.store, value).await {
         Ok(Some(found)) => found,
         Ok(None) => {
             return Err(error(

@@ -31,6 +31,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::clock::Clock;
+
 /// Header carrying the outbox row id: the same on every attempt and after restarts,
 /// so a receiver can recognise a retry.
 pub const DELIVERY_ID_HEADER: &str = "x-hub-delivery";
@@ -189,6 +191,8 @@ impl ExchangeError {
 #[derive(Clone)]
 pub struct HttpSender {
     current: Arc<RwLock<Arc<Held>>>,
+    /// What each request's timeout is measured on.
+    clock: Clock,
 }
 
 /// A policy and the pool that connected under it. They change together: a
@@ -216,7 +220,13 @@ impl HttpSender {
     pub fn with_policy(policy: Policy) -> Result<HttpSender, TlsSetupError> {
         Ok(HttpSender {
             current: Arc::new(RwLock::new(Arc::new(Held::new(policy)?))),
+            clock: Clock::system(),
         })
+    }
+
+    /// This sender with its request timeouts measured on `clock` (the hub's).
+    pub fn on_clock(self, clock: Clock) -> HttpSender {
+        HttpSender { clock, ..self }
     }
 
     /// Puts `policy` in force for every later request (a reload): with a
@@ -329,7 +339,7 @@ impl HttpSender {
             };
             Ok((status, body))
         };
-        match tokio::time::timeout(timeout, exchange).await {
+        match self.clock.timeout(timeout, exchange).await {
             Err(_) => Err(PostError::Transient(format!(
                 "no response within {} ms",
                 timeout.as_millis()

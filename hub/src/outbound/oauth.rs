@@ -10,6 +10,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue};
 
 use super::{ExchangeError, HttpSender, Request};
+use crate::clock::Clock;
 
 /// Who the hub is to the provider's token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,14 +39,16 @@ struct Cached {
 /// and a burst of requests must not become a burst of token requests.
 pub struct TokenCache {
     sender: HttpSender,
+    clock: Clock,
     tokens: Mutex<HashMap<Credentials, Cached>>,
     fetching: tokio::sync::Mutex<()>,
 }
 
 impl TokenCache {
-    pub fn new(sender: HttpSender) -> TokenCache {
+    pub fn new(sender: HttpSender, clock: Clock) -> TokenCache {
         TokenCache {
             sender,
+            clock,
             tokens: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
         }
@@ -63,7 +66,7 @@ impl TokenCache {
             return Ok(token);
         }
         let (token, lifetime) = self.fetch(c).await?;
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut tokens = self.lock();
         let previous = tokens
             .remove(c)
@@ -86,7 +89,7 @@ impl TokenCache {
     /// The unexpired tokens the hub holds for `c` (the current one and the
     /// one it replaced), for checking what a provider presents back.
     pub fn held(&self, c: &Credentials) -> Vec<String> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let tokens = self.lock();
         let Some(cached) = tokens.get(c) else {
             return Vec::new();
@@ -101,7 +104,7 @@ impl TokenCache {
     }
 
     fn fresh(&self, c: &Credentials) -> Option<String> {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.lock()
             .get(c)
             .filter(|cached| cached.renew_at > now)

@@ -40,7 +40,9 @@ pub use bots::{Bot, BotState, NewBot};
 pub use channels::{Channel, ChannelKind, NewChannel};
 pub use chats::{Author, Chat, ChatState, ChatSummary, Client, DeliveryState, MessageRow};
 use open::{SQLITE_PRAGMAS, checkpoints, open_readers, open_writer};
-pub use outbox::{Claimed, NewDelivery, OutboxDepth, OutboxState, PendingRows, Retry, RowKind};
+pub use outbox::{
+    Claimed, DeliveryView, NewDelivery, OutboxDepth, OutboxState, PendingRows, Retry, RowKind,
+};
 use url::prepare_sqlite_url;
 pub use url::{probe_postgres, redacted_url};
 pub use writer::Durability;
@@ -627,16 +629,8 @@ pub(crate) fn is_postgres(conn: &AnyConnection) -> bool {
     conn.backend_name() == "PostgreSQL"
 }
 
-/// A store on a fresh database of the PostgreSQL server that
-/// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if any: unit
-/// tests run their SQLite case, then this one.
-#[cfg(test)]
-pub(crate) async fn test_postgres() -> Option<Store> {
-    let url = test_postgres_url().await?;
-    Some(Store::open(&url, Durability::Normal).await.expect("store"))
-}
-
-/// The URL of a fresh database on the test server, if one is named.
+/// The URL of a fresh database on the PostgreSQL server that
+/// HUB_TEST_DATABASE_URL names (`scripts/with-postgres.sh`), if one is named.
 #[cfg(test)]
 pub(crate) async fn test_postgres_url() -> Option<String> {
     use sqlx::Connection;

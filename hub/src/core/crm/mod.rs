@@ -22,7 +22,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
-use crate::clock::now_ms;
 use crate::config::CrmConfig;
 use crate::core::conversations::Conversations;
 use crate::core::error::CoreError;
@@ -384,7 +383,7 @@ impl<'a> Change<'a> {
         Ok(Change {
             cx,
             w,
-            now_ms: now_ms(),
+            now_ms: cx.conversations.clock.now_ms(),
         })
     }
 

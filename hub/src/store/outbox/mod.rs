@@ -13,7 +13,7 @@ mod admin;
 mod claim;
 mod write;
 
-pub use admin::{OutboxDepth, PendingRows};
+pub use admin::{DeliveryView, OutboxDepth, PendingRows};
 pub use write::{
     Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, set_response, unstage,
 };
@@ -492,9 +492,12 @@ mod tests {
             )),
             "{plan:?}"
         );
-        if let Some(store) = crate::store::test_postgres().await {
-            pruning(&store).await;
-        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn pruning_deletes_old_finished_rows_only_on_postgres() {
+        pruning(&crate::store::required_test_postgres().await).await;
     }
 
     async fn pruning(store: &Store) {
@@ -543,9 +546,12 @@ mod tests {
     async fn rows_behind_an_expired_hold_go_and_a_replayed_row_goes_first() {
         let dir = tempfile::tempdir().expect("temp dir");
         behind_an_expired_hold(store(&dir).await).await;
-        if let Some(store) = crate::store::test_postgres().await {
-            behind_an_expired_hold(store).await;
-        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn rows_behind_an_expired_hold_go_and_a_replayed_row_goes_first_on_postgres() {
+        behind_an_expired_hold(crate::store::required_test_postgres().await).await;
     }
 
     async fn behind_an_expired_hold(store: Store) {
