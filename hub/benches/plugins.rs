@@ -14,7 +14,8 @@
 //! Last, spam-guard in Rust, Python and TypeScript side by side: component
 //! size, first compile, µs per call with a fresh instance, page faults per
 //! call and memory per loaded plugin. BENCH_ONLY=languages runs only that;
-//! BENCH_POLYGLOT_DIR names prebuilt `spam_guard_py.wasm`/`spam_guard_ts.wasm`.
+//! BENCH_POLYGLOT_DIR names prebuilt `spam_guard_py.wasm`/`spam_guard_ts.wasm`;
+//! BENCH_LANGUAGES (e.g. `python,typescript`) runs only those builds.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,7 +33,9 @@ use serde_json::json;
 
 mod common;
 
-use common::{env_or, guard_backtraces, memory_kib, minor_faults, plugins_dir, polyglot_dir};
+use common::{
+    CpuClock, env_or, guard_backtraces, memory_kib, minor_faults, plugins_dir, polyglot_dir,
+};
 
 /// One plugin of a chain: its name, the `.wasm` it loads and its config table.
 type Link<'a> = (&'a str, &'a str, &'a str);
@@ -287,17 +290,22 @@ async fn languages(setup: &Setup, events: usize, slots: u32) {
          message passes; a fresh instance per call):"
     );
     println!(
-        "{:<11} {:>8} {:>10} {:>8} {:>8} {:>26} {:>11} {:>11}",
+        "{:<11} {:>8} {:>10} {:>8} {:>8} {:>8} {:>26} {:>11} {:>11}",
         "language",
         "size MB",
         "compile s",
         "p50 µs",
         "p99 µs",
+        "CPU µs",
         "inst + guest + teardown µs",
         "faults/call",
         "RSS MiB"
     );
+    let only = std::env::var("BENCH_LANGUAGES").unwrap_or_default();
     for (language, wasm) in builds {
+        if !only.is_empty() && !only.split(',').any(|l| l.eq_ignore_ascii_case(language)) {
+            continue;
+        }
         let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
         let rss_before = memory_kib(std::process::id(), "VmRSS");
         // A runtime of its own with an empty cache: the first compile is timed.
@@ -321,8 +329,12 @@ async fn languages(setup: &Setup, events: usize, slots: u32) {
         ));
         let before = runtime.counters().snapshot();
         let faults = minor_faults();
+        let cpu = CpuClock::own();
         let f = measure(pipeline.clone(), events, 0, 0).await;
         let faults = minor_faults().saturating_sub(faults);
+        // Warm-up calls included: `measure` makes 200 before the timed ones.
+        let calls = events + 200;
+        let cpu = cpu.per_item_us(calls).unwrap_or(0.0);
         let after = runtime.counters().snapshot();
         let rss_after = memory_kib(std::process::id(), "VmRSS");
         let (a, b) = (after.get("guard"), before.get("guard"));
@@ -339,21 +351,21 @@ async fn languages(setup: &Setup, events: usize, slots: u32) {
             per_call(|s| s.guest_nanos),
             per_call(|s| s.teardown_nanos)
         );
-        // Warm-up calls included: the faults of `measure`'s 200 first calls are in.
-        let calls = (events + 200) as f64;
         println!(
-            "{language:<11} {:>8.1} {:>10.2} {:>8.1} {:>8.1} {phases:>26} {:>11.1} {:>11.1}",
+            "{language:<11} {:>8.1} {:>10.2} {:>8.1} {:>8.1} {cpu:>8.1} {phases:>26} {:>11.1} {:>11.1}",
             size as f64 / 1e6,
             compile.as_secs_f64(),
             f.p50.as_secs_f64() * 1e6,
             f.p99.as_secs_f64() * 1e6,
-            faults as f64 / calls,
+            faults as f64 / calls as f64,
             rss_after.saturating_sub(rss_before) as f64 / 1024.0,
         );
         drop(pipeline);
     }
     println!(
         "(compile: the first load, Cranelift on an empty cache; later loads read the cache. \
+         CPU: the process's user + system time per call, which other load on the machine \
+         does not inflate as it does p50. \
          RSS: what the process grew by loading the plugin and running its calls: code, the \
          copy-on-write image and the pages its instances keep resident between calls)"
     );
