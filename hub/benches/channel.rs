@@ -756,31 +756,28 @@ fn plugins_meanwhile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f6
         text += "; ";
         text += &c;
     }
-    // With `full`, every acknowledgement waits for a WAL sync: the disk's part.
-    let syncs = delta("hub_store_wal_syncs_total");
-    if syncs > 0.0 {
-        text += &format!(
-            "; WAL syncs {syncs}, {:.1} ms each (longest since start {:.1} ms)",
-            delta("hub_store_wal_sync_seconds_total") / syncs * 1e3,
-            after
-                .get("hub_store_wal_sync_seconds_max")
+    // With `full`, every acknowledgement waits for a WAL sync (the disk's
+    // part), and every write while a WAL restart holds the writer.
+    for (family, what, doing) in [
+        ("hub_store_wal_sync", "WAL syncs", ""),
+        (
+            "hub_store_wal_restart",
+            "WAL restarts",
+            "holding the writer ",
+        ),
+    ] {
+        let n = delta(&format!("{family}s_total"));
+        if n > 0.0 {
+            let mean = delta(&format!("{family}_seconds_total")) / n * 1e3;
+            let longest = after
+                .get(&format!("{family}_seconds_max"))
                 .copied()
                 .unwrap_or(0.0)
-                * 1e3
-        );
-    }
-    // Every write of the hub waits while a WAL restart holds the writer.
-    let restarts = delta("hub_store_wal_restarts_total");
-    if restarts > 0.0 {
-        text += &format!(
-            "; WAL restarts {restarts}, holding the writer {:.1} ms each (longest since start {:.1} ms)",
-            delta("hub_store_wal_restart_seconds_total") / restarts * 1e3,
-            after
-                .get("hub_store_wal_restart_seconds_max")
-                .copied()
-                .unwrap_or(0.0)
-                * 1e3
-        );
+                * 1e3;
+            text += &format!(
+                "; {what} {n}, {doing}{mean:.1} ms each (longest since start {longest:.1} ms)"
+            );
+        }
     }
     text
 }

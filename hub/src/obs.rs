@@ -446,46 +446,49 @@ impl Registry {
                 }
             }
         }
-        for (name, kind, help, value) in [
+        for (family, what, [count, micros, max]) in [
             (
-                "hub_store_wal_restarts_total",
-                "counter",
-                "SQLite WAL restarts (each holds every write of the process while it copies and syncs the WAL's last frames).",
-                load(&self.wal_restarts) as f64,
+                "hub_store_wal_restart",
+                "SQLite WAL restarts (each holds every write of the process while it copies and syncs the WAL's last frames)",
+                [
+                    &self.wal_restarts,
+                    &self.wal_restart_micros,
+                    &self.wal_restart_max_micros,
+                ],
             ),
             (
-                "hub_store_wal_restart_seconds_total",
-                "counter",
-                "Time SQLite WAL restarts held the writer.",
-                load(&self.wal_restart_micros) as f64 / 1e6,
-            ),
-            (
-                "hub_store_wal_restart_seconds_max",
-                "gauge",
-                "The longest a SQLite WAL restart held the writer since the process started.",
-                load(&self.wal_restart_max_micros) as f64 / 1e6,
-            ),
-            (
-                "hub_store_wal_syncs_total",
-                "counter",
-                "SQLite with durability = \"full\": syncs of the WAL that acknowledgements waited for (one per group of commits).",
-                load(&self.wal_syncs) as f64,
-            ),
-            (
-                "hub_store_wal_sync_seconds_total",
-                "counter",
-                "Time those syncs took.",
-                load(&self.wal_sync_micros) as f64 / 1e6,
-            ),
-            (
-                "hub_store_wal_sync_seconds_max",
-                "gauge",
-                "The longest of those syncs since the process started: what the disk added to an acknowledgement at worst.",
-                load(&self.wal_sync_max_micros) as f64 / 1e6,
+                "hub_store_wal_sync",
+                "SQLite syncs of the WAL that durability = \"full\" acknowledgements waited for (one per group of commits)",
+                [
+                    &self.wal_syncs,
+                    &self.wal_sync_micros,
+                    &self.wal_sync_max_micros,
+                ],
             ),
         ] {
-            header(out, name, kind, help);
-            let _ = writeln!(out, "{name} {value}");
+            for (name, kind, help, value) in [
+                (
+                    format!("{family}s_total"),
+                    "counter",
+                    what.to_owned(),
+                    load(count) as f64,
+                ),
+                (
+                    format!("{family}_seconds_total"),
+                    "counter",
+                    format!("{what}: the time they took."),
+                    load(micros) as f64 / 1e6,
+                ),
+                (
+                    format!("{family}_seconds_max"),
+                    "gauge",
+                    format!("{what}: the longest since the process started."),
+                    load(max) as f64 / 1e6,
+                ),
+            ] {
+                header(out, &name, kind, &help);
+                let _ = writeln!(out, "{name} {value}");
+            }
         }
         let name = "hub_live_streams";
         header(
