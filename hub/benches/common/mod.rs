@@ -180,7 +180,7 @@ impl BusyDisk {
             let mut written = 0_u64;
             while !stopping.load(Ordering::Relaxed) {
                 // 64 MiB, then over again: the disk sees writes, not growth.
-                if written % 64 == 0 && file.rewind().is_err() {
+                if written.is_multiple_of(64) && file.rewind().is_err() {
                     return;
                 }
                 if file
