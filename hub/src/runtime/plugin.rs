@@ -262,9 +262,16 @@ impl Plugin {
         check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
     ) -> Result<Outcome, PluginError> {
         let channel = input.event.channel_id;
-        // Over its share, the channel's call waits rather than fails at once:
-        // a client that floods is slowed down with it, instead of coming
-        // back sooner with the next request.
+        let heavy = self.admit(channel).await?;
+        let (done, deadline) = self.run_sandboxed(input, channel, heavy).await?;
+        self.settle(input, done, &deadline, check).await
+    }
+
+    /// Waits out the channel's time share. Over it, the channel's call waits
+    /// rather than fails at once: a client that floods is slowed down with
+    /// it, instead of coming back sooner with the next request. Whether the
+    /// channel's calls are heavy (start them on the plugin threads).
+    async fn admit(&self, channel: Option<i64>) -> Result<bool, PluginError> {
         let admission = self.share.admit(channel);
         let wait = admission.wait;
         if !wait.is_zero() {
@@ -281,6 +288,19 @@ impl Plugin {
                 ));
             }
         }
+        Ok(admission.heavy)
+    }
+
+    /// Instantiates and calls the plugin in a fresh sandbox, within its
+    /// deadline, inline or on the plugin threads; the sandbox, what the
+    /// call returned (`None`: the deadline ended it) and when it was
+    /// instantiated, with the deadline that bounded it.
+    async fn run_sandboxed(
+        self: &Arc<Self>,
+        input: &PluginEvent<'_>,
+        channel: Option<i64>,
+        heavy: bool,
+    ) -> Result<(Done, Arc<Deadline>), PluginError> {
         let slot = self
             .runtime
             .inner
@@ -333,14 +353,19 @@ impl Plugin {
             };
             // The epoch deadline stops guest code; this one also bounds host calls.
             let result = bound.bound(run).await;
-            (store, result, instantiated)
+            Done {
+                store,
+                result,
+                instantiated,
+                called: started.elapsed(),
+            }
         };
         // Polled here until it has run through an epoch tick; a call still
         // running then goes on on the plugin threads, and this request
         // thread is free. A channel whose calls are heavy starts them there.
         let mut run = Metered::new(run, meter);
         charge.run();
-        let inline = if admission.heavy {
+        let inline = if heavy {
             None
         } else {
             std::future::poll_fn(|cx| match std::pin::Pin::new(&mut run).poll(cx) {
@@ -357,8 +382,25 @@ impl Plugin {
             })?,
         };
         charge.back();
-        let (mut store, result, instantiated) = done;
-        let called = started.elapsed();
+        Ok((done, deadline))
+    }
+
+    /// What a finished run comes to: the guest's logs and counters
+    /// recorded, a failure classified, an outcome checked (by the plugin's
+    /// rules, then the event kind's `check`) with its key-value writes.
+    async fn settle(
+        &self,
+        input: &PluginEvent<'_>,
+        done: Done,
+        deadline: &Deadline,
+        check: &(dyn Fn(&mut Action) -> Result<(), String> + Sync),
+    ) -> Result<Outcome, PluginError> {
+        let Done {
+            mut store,
+            result,
+            instantiated,
+            called,
+        } = done;
         let state = store.data_mut();
         let (out_bytes, out_dropped) = self.scope.log_stdio("stdout", &state.stdout.contents());
         let (err_bytes, err_dropped) = self.scope.log_stdio("stderr", &state.stderr.contents());
@@ -388,7 +430,7 @@ impl Plugin {
                     format!(
                         "no answer within {} ms{}",
                         self.scope.limits.timeout.as_millis(),
-                        database_wait(&deadline)
+                        database_wait(deadline)
                     ),
                 ));
             }
@@ -760,6 +802,15 @@ impl Plugin {
 enum Failure {
     Instantiate(wasmtime::Error),
     Call(wasmtime::Error),
+}
+
+/// A call's run: its sandbox, what the guest answered (`None` when the
+/// deadline ended it), and when it was instantiated and done, from its start.
+struct Done {
+    store: Sandbox,
+    result: Option<Result<Result<bindings::Outcome, String>, Failure>>,
+    instantiated: Duration,
+    called: Duration,
 }
 
 fn wit_event(input: &PluginEvent<'_>) -> bindings::Event {
