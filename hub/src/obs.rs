@@ -1,7 +1,9 @@
 //! Process-wide counters and gauges for `/metrics`, recorded from every layer:
 //! HTTP requests by edge and status, events by kind and verdict, deliveries
 //! by result and attempt, webhook replies, bot exchange refusals by reason,
-//! open live streams, and when the process started. A leaf: it imports nothing of the hub, so any layer may
+//! PostgreSQL write waits, SQLite WAL syncs and restarts (what the disk
+//! adds to an acknowledgement), open live streams, and when the process
+//! started. A leaf: it imports nothing of the hub, so any layer may
 //! record here.
 //!
 //! These are per process: with several instances on one database each
