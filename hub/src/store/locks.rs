@@ -123,7 +123,10 @@ pub async fn order_keys_of_rows(conn: &mut AnyConnection, seqs: &[i64]) -> Resul
              value::BIGINT FROM json_array_elements_text($1::JSON))) ORDER BY 1) s"
         )
     });
-    sqlx::query(sql)
+    // Planned per batch like the results it comes before: a prepared plan
+    // kept from when the outbox was small reads the whole outbox behind a
+    // sudden backlog, until autovacuum happens to analyze it.
+    super::batch::planned_per_batch(conn, sql)
         .bind(serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into()))
         .execute(conn)
         .await
