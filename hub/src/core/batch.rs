@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
+use crate::store::locks::RowLocks;
 use crate::store::{Backend, Conn, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
@@ -30,7 +31,14 @@ pub(super) trait BatchWrite: Send + 'static {
     /// What the jobs are, for logs.
     const WHAT: &'static str;
 
-    /// Writes `jobs` in order in the caller's transaction; one result per job.
+    /// What `jobs` share with other writers (PostgreSQL's row mode): locked
+    /// in the round trip that begins their transaction.
+    fn locks(_jobs: &[Self::Job]) -> RowLocks {
+        RowLocks::default()
+    }
+
+    /// Writes `jobs` in order in the caller's transaction, begun with their
+    /// [`locks`](BatchWrite::locks) held; one result per job.
     fn write<'a>(
         conn: &'a mut Conn,
         jobs: &'a mut [Self::Job],
@@ -145,7 +153,7 @@ async fn write_batch<W: BatchWrite>(
     store: &Store,
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, CoreError> {
-    let mut w = store.begin_row_write().await?;
+    let mut w = store.begin_row_write_locking(&W::locks(jobs)).await?;
     let results = W::write(&mut w.tx, jobs).await?;
     Ok((results, w.into_commit()))
 }

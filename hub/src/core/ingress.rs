@@ -13,6 +13,7 @@ use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::Conn;
 use crate::store::ingress::{CustomerWrite, CustomerWritten, MAX_BATCH, write_customer_messages};
+use crate::store::locks::RowLocks;
 
 /// A stored customer message, as its request learns it.
 #[derive(Debug)]
@@ -40,6 +41,17 @@ impl BatchWrite for Ingress {
     type Done = Written;
     const MAX: usize = MAX_BATCH;
     const WHAT: &'static str = "customer messages";
+
+    /// The senders: their clients, live chats and messages' order.
+    fn locks(jobs: &[Job]) -> RowLocks {
+        RowLocks {
+            senders: jobs
+                .iter()
+                .map(|j| (j.write.channel_id, j.write.sender.id.as_key()))
+                .collect(),
+            ..RowLocks::default()
+        }
+    }
 
     async fn write(conn: &mut Conn, jobs: &mut [Job]) -> Result<Vec<Written>, CoreError> {
         let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();

@@ -233,6 +233,12 @@ async fn receive_notices(
                     tracing::warn!(%kind, "an update of an unknown kind from another instance");
                     continue;
                 };
+                if kind == "chat.closed" {
+                    // A sender's live chat this instance remembers may have
+                    // ended (store::live). An opened chat cannot make an
+                    // entry wrong: only a sender without a live chat gets one.
+                    crate::store::live::chats_changed();
+                }
                 let _ = tx.send(LiveEvent {
                     kind,
                     channel_id,

@@ -17,7 +17,7 @@ use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::chats::set_chat_state;
-use crate::store::locks;
+use crate::store::locks::RowLocks;
 use crate::store::outgoing::{MAX_OUTGOING, OutgoingWrite, chats_by_ids, write_outgoing};
 use crate::store::{Chat, ChatState, Conn};
 
@@ -49,15 +49,22 @@ impl BatchWrite for Outgoing {
     const MAX: usize = MAX_OUTGOING;
     const WHAT: &'static str = "agent messages";
 
+    /// The chats' senders and the replies' order keys: beside the batch's
+    /// customers' writers and the results of their order keys, before the
+    /// chats are read.
+    fn locks(jobs: &[Job]) -> RowLocks {
+        RowLocks {
+            chats: jobs.iter().map(|j| j.write.chat_id).collect(),
+            order_keys: jobs
+                .iter()
+                .filter_map(|j| j.write.delivery.order_key.clone())
+                .collect(),
+            ..RowLocks::default()
+        }
+    }
+
     async fn write(conn: &mut Conn, jobs: &mut [Job]) -> Result<Vec<Self::Done>, CoreError> {
         let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
-        // Beside the batch's customers' writers and the results of their
-        // order keys (PostgreSQL's row mode), before the chats are read.
-        let keys: Vec<&str> = jobs
-            .iter()
-            .filter_map(|j| j.write.delivery.order_key.as_deref())
-            .collect();
-        locks::chats(conn, &ids, &keys).await?;
         let mut chats: HashMap<i64, Chat> = chats_by_ids(conn, &ids).await?;
         let mut decided = Vec::with_capacity(jobs.len());
         for job in jobs.iter() {

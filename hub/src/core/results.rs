@@ -8,6 +8,7 @@ use crate::core::batch::BatchWrite;
 use crate::core::error::CoreError;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
+use crate::store::locks::RowLocks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish_many};
 use crate::store::{Conn, StoreError};
 
@@ -26,6 +27,15 @@ impl BatchWrite for Results {
     type Done = ();
     const MAX: usize = MAX_FINISHED;
     const WHAT: &'static str = "delivery results";
+
+    /// The rows' order keys: a row queued and a row finished at once would
+    /// each miss the other as the key's next head.
+    fn locks(jobs: &[ResultJob]) -> RowLocks {
+        RowLocks {
+            outbox_rows: jobs.iter().map(|j| j.finished.seq).collect(),
+            ..RowLocks::default()
+        }
+    }
 
     async fn write(conn: &mut Conn, jobs: &mut [ResultJob]) -> Result<Vec<()>, CoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();

@@ -569,11 +569,7 @@ impl Store {
         sender: &CustomerSender,
     ) -> Result<Option<i64>, StoreError> {
         let key = sender.id.as_key();
-        if let Some(chat) = self
-            .live_chats
-            .as_ref()
-            .and_then(|live| live.get(channel_id, &key))
-        {
+        if let Some(chat) = self.live_chats.get(channel_id, &key) {
             return Ok(Some(chat));
         }
         let row: Option<(i64,)> = sqlx::query_as(
@@ -587,8 +583,8 @@ impl Store {
         .await
         .ctx("finding the sender's chat")?;
         let chat = row.map(|(id,)| id);
-        if let (Some(live), Some(chat)) = (&self.live_chats, chat) {
-            live.put(at, channel_id, key, chat);
+        if let Some(chat) = chat {
+            self.live_chats.put(at, channel_id, key, chat);
         }
         Ok(chat)
     }
@@ -602,9 +598,7 @@ impl Store {
         sender_key: String,
         chat: i64,
     ) {
-        if let Some(live) = &self.live_chats {
-            live.put(at, channel_id, sender_key, chat);
-        }
+        self.live_chats.put(at, channel_id, sender_key, chat);
     }
 
     /// What webhook replies showed the agent in a chat, as stored.

@@ -65,6 +65,12 @@ const BATCH_CLIENT: &str =
 /// Stores `items` in order, in the caller's transaction: a snapshot of the
 /// batch's known clients, then the writes (SQLite and PostgreSQL each in
 /// their own set-based statements).
+///
+/// On PostgreSQL the transaction is exclusive or holds the items' senders
+/// ([`Store::begin_row_write_locking`]): the snapshot must not change under
+/// the plan.
+///
+/// [`Store::begin_row_write_locking`]: super::Store::begin_row_write_locking
 pub async fn write_customer_messages(
     conn: &mut AnyConnection,
     items: &[&CustomerWrite],
@@ -72,12 +78,6 @@ pub async fn write_customer_messages(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    // PostgreSQL's row mode: the snapshot must not change under the plan.
-    let senders: Vec<(i64, String)> = items
-        .iter()
-        .map(|i| (i.channel_id, i.sender.id.as_key()))
-        .collect();
-    super::locks::senders(conn, &senders).await?;
     let known = known_clients(conn, items).await?;
     let plan = Plan::new(items, known);
     let results = if is_postgres(conn) {
@@ -345,9 +345,6 @@ async fn write_postgres(
         if step.opens {
             opening.push(json!({ "seq": seq, "ch": item.channel_id, "k": key.1, "now": item.now }));
         }
-    }
-    if !opening.is_empty() {
-        super::live::chats_changed();
     }
     sqlx::query(pg_clients_sql())
         .bind(Value::Array(clients).to_string())

@@ -1,9 +1,6 @@
 //! The live chat of each recent sender, remembered so that a customer
 //! message's plugins learn its chat without a database read per message.
 //!
-//! Only on SQLite, where this process makes every change: on PostgreSQL
-//! another instance may close a chat without this one knowing.
-//!
 //! Why it stays right: every change that can end or replace a sender's live
 //! chat (a close, a chat opened outside the ingress batch, a client deleted)
 //! moves a process-wide generation on, and an entry counts only under the
@@ -12,6 +9,11 @@
 //! plugin sees is read before the message is written); the batch that writes
 //! the message remembers its real chat, so a wrong entry serves at most one
 //! message.
+//!
+//! On PostgreSQL another instance may close a chat: its `chat.closed`
+//! updates, relayed to this one (`core::live`), move the generation on too. One that never arrives (the relay was behind, or the
+//! command line closed the chat) is the race above, for one message of the
+//! sender: the batch finds the real live chat itself, under the sender's lock.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

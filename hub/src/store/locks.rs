@@ -35,33 +35,98 @@ fn order_key(key: &str) -> String {
     format!("hashtextextended('outbox:' || {key}, 0)")
 }
 
-/// Locks the senders `(channel id, external key)`; waits for any writer
-/// that holds one of them.
-pub async fn senders(
-    conn: &mut AnyConnection,
-    senders: &[(i64, String)],
-) -> Result<(), StoreError> {
-    if !is_postgres(conn) || senders.is_empty() {
-        return Ok(());
+/// What a row-mode writer locks in the round trip that begins its
+/// transaction ([`Store::begin_row_write_locking`]): one round trip less
+/// per batch than a statement of its own. Each set is one sorted run.
+///
+/// [`Store::begin_row_write_locking`]: super::Store::begin_row_write_locking
+#[derive(Debug, Default)]
+pub struct RowLocks {
+    /// Senders (channel id, external key).
+    pub senders: Vec<(i64, String)>,
+    /// Chats, by their senders, with [`order_keys`](RowLocks::order_keys)
+    /// in the same run.
+    pub chats: Vec<i64>,
+    pub order_keys: Vec<String>,
+    /// Outbox rows, by their order keys (before they are finished).
+    pub outbox_rows: Vec<i64>,
+}
+
+impl RowLocks {
+    pub fn is_empty(&self) -> bool {
+        self.senders.is_empty()
+            && self.chats.is_empty()
+            && self.order_keys.is_empty()
+            && self.outbox_rows.is_empty()
     }
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = SQL.get_or_init(|| {
-        let key = sender_key("x.ch", "x.k");
-        format!(
-            "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT DISTINCT {key} AS key \
-             FROM json_to_recordset($1::JSON) AS x(ch BIGINT, k TEXT) ORDER BY 1) s"
-        )
-    });
-    let list: Vec<serde_json::Value> = senders
-        .iter()
-        .map(|(ch, k)| serde_json::json!({ "ch": ch, "k": k }))
-        .collect();
-    sqlx::query(sql)
-        .bind(serde_json::Value::Array(list).to_string())
-        .execute(conn)
-        .await
-        .ctx("locking the batch's senders")?;
-    Ok(())
+
+    /// The statements, separated by `;`, with the keys written in as
+    /// hexadecimal (`decode`), so no text a customer or integrator sent is
+    /// ever part of a statement's syntax.
+    pub(super) fn statements(&self) -> String {
+        let mut statements = Vec::new();
+        if !self.senders.is_empty() {
+            let list: Vec<serde_json::Value> = self
+                .senders
+                .iter()
+                .map(|(ch, k)| serde_json::json!({ "ch": ch, "k": k }))
+                .collect();
+            statements.push(senders_sql(&inline_json(&list)));
+        }
+        if !self.chats.is_empty() || !self.order_keys.is_empty() {
+            statements.push(chats_sql(
+                &inline_json(&self.chats),
+                &inline_json(&self.order_keys),
+            ));
+        }
+        if !self.outbox_rows.is_empty() {
+            statements.push(rows_sql(&inline_json(&self.outbox_rows)));
+        }
+        statements.join("; ")
+    }
+}
+
+/// `value` as JSON, as an SQL expression of type JSON.
+fn inline_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "[]".into());
+    format!(
+        "convert_from(decode('{}', 'hex'), 'UTF8')::JSON",
+        hex::encode(text)
+    )
+}
+
+/// Locks the senders in `json`, an SQL expression of a JSON array of
+/// `{"ch", "k"}`.
+fn senders_sql(json: &str) -> String {
+    let key = sender_key("x.ch", "x.k");
+    format!(
+        "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT DISTINCT {key} AS key \
+         FROM json_to_recordset({json}) AS x(ch BIGINT, k TEXT) ORDER BY 1) s"
+    )
+}
+
+/// Locks the senders of the chats in `chats` and the order keys in `keys`
+/// (SQL expressions of JSON arrays) in one sorted run.
+fn chats_sql(chats: &str, keys: &str) -> String {
+    let sender = sender_key("cl.channel_id", "cl.external_key");
+    let order = order_key("o.value");
+    format!(
+        "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT {sender} AS key \
+         FROM chats ch JOIN clients cl ON cl.id = ch.client_id \
+         WHERE ch.id IN (SELECT value::BIGINT FROM json_array_elements_text({chats})) \
+         UNION SELECT {order} FROM json_array_elements_text({keys}) o ORDER BY 1) s"
+    )
+}
+
+/// Locks the order keys of the outbox rows in `seqs` (an SQL expression of
+/// a JSON array).
+fn rows_sql(seqs: &str) -> String {
+    let key = order_key("o.order_key");
+    format!(
+        "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT DISTINCT {key} AS key \
+         FROM outbox o WHERE o.order_key IS NOT NULL AND o.seq = ANY (ARRAY(SELECT \
+         value::BIGINT FROM json_array_elements_text({seqs}))) ORDER BY 1) s"
+    )
 }
 
 /// Locks the senders of chats `chat_ids` and the order keys `order_keys`,
@@ -75,16 +140,7 @@ pub async fn chats(
         return Ok(());
     }
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = SQL.get_or_init(|| {
-        let sender = sender_key("cl.channel_id", "cl.external_key");
-        let order = order_key("o.value");
-        format!(
-            "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT {sender} AS key \
-             FROM chats ch JOIN clients cl ON cl.id = ch.client_id \
-             WHERE ch.id IN (SELECT value::BIGINT FROM json_array_elements_text($1::JSON)) \
-             UNION SELECT {order} FROM json_array_elements_text($2::JSON) o ORDER BY 1) s"
-        )
-    });
+    let sql = SQL.get_or_init(|| chats_sql("$1::JSON", "$2::JSON"));
     sqlx::query(sql)
         .bind(serde_json::to_string(chat_ids).unwrap_or_else(|_| "[]".into()))
         .bind(serde_json::to_string(order_keys).unwrap_or_else(|_| "[]".into()))
@@ -115,14 +171,7 @@ pub async fn order_keys_of_rows(conn: &mut AnyConnection, seqs: &[i64]) -> Resul
         return Ok(());
     }
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = SQL.get_or_init(|| {
-        let key = order_key("o.order_key");
-        format!(
-            "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT DISTINCT {key} AS key \
-             FROM outbox o WHERE o.order_key IS NOT NULL AND o.seq = ANY (ARRAY(SELECT \
-             value::BIGINT FROM json_array_elements_text($1::JSON))) ORDER BY 1) s"
-        )
-    });
+    let sql = SQL.get_or_init(|| rows_sql("$1::JSON"));
     // Planned per batch like the results it comes before: a prepared plan
     // kept from when the outbox was small reads the whole outbox behind a
     // sudden backlog, until autovacuum happens to analyze it.

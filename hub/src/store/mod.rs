@@ -189,8 +189,8 @@ pub struct Store {
     /// [`Store::begin_write`] and [`Store::begin_row_write`]).
     pg_turn: Arc<RwLock<()>>,
     channel_cache: Arc<channels::ChannelCache>,
-    /// Senders' live chats (SQLite only; see `live.rs`).
-    live_chats: Option<Arc<live::LiveChats>>,
+    /// Senders' live chats (see `live.rs`).
+    live_chats: Arc<live::LiveChats>,
     /// Agents by token hash (see `agents::TokenCache`).
     agent_tokens: Arc<agents::TokenCache>,
     /// Whether commits fail now (SQLite's writer records it; PostgreSQL's
@@ -424,7 +424,7 @@ impl Store {
             writer,
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
-            live_chats: (backend == Backend::Sqlite).then(Arc::default),
+            live_chats: Arc::default(),
             agent_tokens: Arc::default(),
             health,
             readers,
@@ -453,7 +453,7 @@ impl Store {
             writer: Some(writer),
             pg_turn: Arc::default(),
             channel_cache: Arc::default(),
-            live_chats: Some(Arc::default()),
+            live_chats: Arc::default(),
             agent_tokens: Arc::default(),
             readers: None,
             identity: Arc::new(instances::Identity::anonymous()),
@@ -536,7 +536,8 @@ impl Store {
     /// Starts a transaction that will write, in the row mode: customer and
     /// agent messages, claims and delivery results. On PostgreSQL it runs
     /// beside every other row-mode writer of every instance and must lock
-    /// what it shares itself: a sender's rows with [`locks::senders`] or
+    /// what it shares itself: a sender's rows with
+    /// [`begin_row_write_locking`](Store::begin_row_write_locking) or
     /// [`locks::chats`], an order key's head with [`locks::order_keys`]
     /// (the outbox's `enqueue` does). On SQLite it is
     /// [`begin_write`](Store::begin_write): one writer, the group commit.
@@ -544,7 +545,35 @@ impl Store {
         self.begin(Mode::Rows).await
     }
 
+    /// [`begin_row_write`](Store::begin_row_write) with `locks` taken in
+    /// the round trip that begins the transaction (on SQLite nothing to
+    /// take: one writer).
+    pub async fn begin_row_write_locking(
+        &self,
+        locks: &locks::RowLocks,
+    ) -> Result<WriteTx<'_>, StoreError> {
+        if self.writer.is_some() || locks.is_empty() {
+            return self.begin(Mode::Rows).await;
+        }
+        let begin = format!("{PG_BEGIN_ROWS}; {}", locks.statements());
+        self.begin_with(Mode::Rows, begin.into()).await
+    }
+
     async fn begin(&self, mode: Mode) -> Result<WriteTx<'_>, StoreError> {
+        let begin = match mode {
+            Mode::Exclusive => PG_BEGIN_WRITE,
+            Mode::Rows => PG_BEGIN_ROWS,
+        };
+        self.begin_with(mode, begin.into()).await
+    }
+
+    /// Begins a write in `mode`; on PostgreSQL with `begin`, a simple query
+    /// that starts with `BEGIN` and the write turn's lock of that mode.
+    async fn begin_with(
+        &self,
+        mode: Mode,
+        begin: std::borrow::Cow<'static, str>,
+    ) -> Result<WriteTx<'_>, StoreError> {
         let inner = match &self.writer {
             Some(group) => TxInner::Shared(group.begin().await?),
             None => {
@@ -555,19 +584,13 @@ impl Store {
                 // them must not add up to more than one.
                 let wait = self.pool.options().get_acquire_timeout();
                 let turn = self.pg_turn.clone();
-                let (turn, begin) = match mode {
-                    Mode::Exclusive => (
-                        tokio::time::timeout(wait, turn.write_owned())
-                            .await
-                            .map(Turn::Exclusive),
-                        PG_BEGIN_WRITE,
-                    ),
-                    Mode::Rows => (
-                        tokio::time::timeout(wait, turn.read_owned())
-                            .await
-                            .map(Turn::Rows),
-                        PG_BEGIN_ROWS,
-                    ),
+                let turn = match mode {
+                    Mode::Exclusive => tokio::time::timeout(wait, turn.write_owned())
+                        .await
+                        .map(Turn::Exclusive),
+                    Mode::Rows => tokio::time::timeout(wait, turn.read_owned())
+                        .await
+                        .map(Turn::Rows),
                 };
                 let turn = turn.map_err(|_| StoreError::Db {
                     context: "waiting for the write turn",

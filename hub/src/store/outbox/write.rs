@@ -176,6 +176,11 @@ pub const MAX_FINISHED: usize = 128;
 /// Records final results in the caller's transaction, in one round trip
 /// however many there are: what [`finish`], [`set_response`],
 /// `set_message_delivery` and `insert_event` do for one.
+///
+/// On PostgreSQL the transaction is exclusive or holds the rows' order keys
+/// (`RowLocks::outbox_rows`, or [`locks::order_keys_of_rows`]).
+///
+/// [`locks::order_keys_of_rows`]: crate::store::locks::order_keys_of_rows
 pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
@@ -233,8 +238,6 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
             })
         })
         .collect();
-    let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-    crate::store::locks::order_keys_of_rows(conn, &seqs).await?;
     batch::planned_per_batch(conn, PG_FINISH)
         .bind(serde_json::Value::Array(batch).to_string())
         .bind(rows.len() as i64)
