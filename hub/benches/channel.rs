@@ -9,7 +9,8 @@
 //! deliveries/s end to end, and the served hub's RSS.
 //! Run: `cargo bench -p hub --bench channel`.
 //! Environment: BENCH_SECS (default 5), BENCH_CONNS (default 32),
-//! BENCH_REPLIES (default 5000), BENCH_SKIP_SERVE=1 (in-process only),
+//! BENCH_REPLIES (default 5000), BENCH_SENDERS (distinct customers, default
+//! 1000), BENCH_SKIP_SERVE=1 (in-process only),
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
 //! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s),
 //! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`),
@@ -520,11 +521,14 @@ async fn soak(hub: &ServedHub, closed: &Run) {
     }
 }
 
-/// The customer messages every mode posts: 1000 customers, one short text
-/// with something `redact` masks.
+/// The customer messages every mode posts: `BENCH_SENDERS` customers (1000
+/// unless set; 10 is the other load shape of docs/operations.md's scale
+/// model), one short text with something `redact` masks.
 fn customer_message(i: usize) -> Bytes {
+    static SENDERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let senders = *SENDERS.get_or_init(|| (env_or("BENCH_SENDERS", 1000) as usize).max(1));
     Bytes::from(
-        json!({ "sender": { "id": i % 1000, "name": "Bench" },
+        json!({ "sender": { "id": i % senders, "name": "Bench" },
                 "message": { "type": "text", "text": "How much is the premium plan? Call me at +1 555 0100" } })
         .to_string(),
     )

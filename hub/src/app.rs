@@ -220,6 +220,7 @@ async fn open_store_as(
     };
     let pool = crate::store::PoolSettings {
         max_connections: storage.max_connections,
+        write_lanes: storage.write_lanes as usize,
         acquire_timeout: storage.acquire_timeout(),
         connect_timeout: storage.connect_timeout(),
     };

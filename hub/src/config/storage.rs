@@ -21,6 +21,13 @@ pub struct StorageConfig {
     /// SQLite keeps its own small pool (one writer and a few readers).
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
+    /// PostgreSQL: how many batches of each batch writer (customer
+    /// messages, agent messages, delivery results) this instance writes at
+    /// once, each a transaction of its own. One lane's batch grows while it
+    /// is busy, so more lanes pay only where the database has cores and
+    /// round trips to spare (docs/operations.md, "Scale model").
+    #[serde(default = "default_write_lanes")]
+    pub write_lanes: u32,
     /// PostgreSQL: how long a request waits for a connection (the database
     /// busy or down) before it is answered 503 for the client to retry.
     #[serde(default = "default_acquire_timeout_ms")]
@@ -49,6 +56,14 @@ pub const MAX_CONNECT_TIMEOUT_MS: u64 = 120_000;
 fn default_max_connections() -> u32 {
     16
 }
+
+fn default_write_lanes() -> u32 {
+    2
+}
+
+/// Most `write_lanes`: each lane of each of the three writers may hold a
+/// connection.
+pub const MAX_WRITE_LANES: u32 = 16;
 
 fn default_acquire_timeout_ms() -> u64 {
     5_000
@@ -90,6 +105,7 @@ impl Default for StorageConfig {
             url: default_database_url(),
             durability: Durability::Full,
             max_connections: default_max_connections(),
+            write_lanes: default_write_lanes(),
             acquire_timeout_ms: default_acquire_timeout_ms(),
             connect_timeout_ms: default_connect_timeout_ms(),
             delivered_retention_hours: default_delivered_retention_hours(),
@@ -110,6 +126,19 @@ impl StorageConfig {
         }
         if self.max_connections == 0 {
             problems.push("storage.max_connections: must be at least 1".to_owned());
+        }
+        if self.write_lanes == 0 || self.write_lanes > MAX_WRITE_LANES {
+            problems.push(format!(
+                "storage.write_lanes: must be between 1 and {MAX_WRITE_LANES}"
+            ));
+        } else if self.url.starts_with("postgres") && 3 * self.write_lanes >= self.max_connections {
+            problems.push(format!(
+                "storage.write_lanes: {} lanes of three writers would take all {} of \
+                 storage.max_connections; raise max_connections above {}",
+                self.write_lanes,
+                self.max_connections,
+                3 * self.write_lanes
+            ));
         }
         if self.acquire_timeout_ms == 0 {
             problems.push("storage.acquire_timeout_ms: must be positive".to_owned());

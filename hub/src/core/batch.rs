@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
 use crate::store::locks::RowLocks;
-use crate::store::{Backend, Conn, Store, StoreError};
+use crate::store::{Conn, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -86,18 +86,8 @@ fn stopped(what: &str, why: &str) -> CoreError {
     CoreError::Store(StoreError::Commit(format!("{what}: {why}")))
 }
 
-/// How many batches of one writer PostgreSQL writes at once, each in a
-/// transaction of its own in the row mode (kept apart by their locks). On
-/// SQLite one: the group commit puts every writer in one transaction, and
-/// the next batch is written while the previous one's commit is awaited.
-const PG_LANES: usize = 4;
-
 async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) {
-    let lanes = match store.backend() {
-        Backend::Postgres => PG_LANES,
-        Backend::Sqlite => 1,
-    };
-    let lanes = Arc::new(Semaphore::new(lanes));
+    let lanes = Arc::new(Semaphore::new(store.write_lanes()));
     let mut waiting = Vec::with_capacity(W::MAX);
     loop {
         // A free lane first, then whatever waits: a batch grows while
@@ -372,6 +362,7 @@ mod tests {
                 durability: Durability::Normal,
                 pool: PoolSettings {
                     max_connections: 4,
+                    write_lanes: 4,
                     acquire_timeout: Duration::from_secs(2),
                     connect_timeout: Duration::from_secs(5),
                 },

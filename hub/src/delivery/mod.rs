@@ -137,9 +137,15 @@ impl Deliverer {
             let claimed_at = self.clock.now_ms();
             // A full batch may have left more behind: claim again at once.
             let mut full = false;
-            match self.store.claim_due(claimed_at, lease_ms, BATCH).await {
-                Ok(claimed) => {
+            let mut next_due = None;
+            match self
+                .store
+                .claim_and_next_due(claimed_at, lease_ms, BATCH)
+                .await
+            {
+                Ok((claimed, next)) => {
                     full = claimed.len() >= BATCH as usize;
+                    next_due = next;
                     for row in claimed {
                         let id = row.id.clone();
                         let this = self.clone();
@@ -158,15 +164,9 @@ impl Deliverer {
                 claimed_at
             } else {
                 let idle = claimed_at.saturating_add(millis(IDLE_POLL));
-                match self.store.next_due_at(claimed_at).await {
-                    // Always after `claimed_at`: this cannot spin.
-                    Ok(Some(at)) => at.min(idle),
-                    Ok(None) => idle,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read the outbox");
-                        idle
-                    }
-                }
+                // Always after `claimed_at`: this cannot spin. After a
+                // failed claim, the idle poll.
+                next_due.map_or(idle, |at| at.min(idle))
             };
             tokio::select! {
                 _ = self.kick.0.notified() => {}

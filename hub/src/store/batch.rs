@@ -1,7 +1,8 @@
 //! What the batch writers (`ingress.rs`, the delivery results in
 //! `outbox.rs`) share: a batch bound as rows of anonymous parameters,
-//! scripts prepared per power-of-two batch size, and a script's rows
-//! collected per statement in one round trip.
+//! scripts prepared per power-of-two batch size, a script's rows collected
+//! per statement in one round trip, and (PostgreSQL) values written into
+//! a simple query of several statements.
 
 use futures_util::{Stream, StreamExt};
 use sqlx::any::{AnyQueryResult, AnyRow};
@@ -113,6 +114,50 @@ pub(super) fn planned_per_batch<'q>(conn: &AnyConnection, sql: &'q str) -> Query
     sqlx::query(sql).persistent(!is_postgres(conn))
 }
 
+/// A value written into a statement: PostgreSQL's simple queries, which
+/// carry several statements in one round trip, take no parameters.
+pub(super) enum Literal<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
+/// `sql` with each `$n` replaced by `values[n - 1]` written in: an integer
+/// as a `BIGINT`, text as hexadecimal the server decodes, so no value is
+/// ever part of the statement's syntax. A `$` not followed by a digit is
+/// left as it is; a `$n` without a value is an error.
+pub(super) fn inline(sql: &str, values: &[Literal<'_>]) -> Result<String, StoreError> {
+    let mut out = String::with_capacity(sql.len() + 64);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        let value = after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| values.get(i))
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("a statement's ${} has no value", &after[..digits]))
+            })?;
+        match value {
+            Literal::Int(n) => out.push_str(&format!("CAST({n} AS BIGINT)")),
+            Literal::Text(text) => out.push_str(&format!(
+                "convert_from(decode('{}', 'hex'), 'UTF8')",
+                hex::encode(text)
+            )),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// Runs a script of statements with one text parameter; the rows of each
 /// statement, in order.
 pub(super) async fn run_script(
@@ -133,6 +178,16 @@ pub(super) async fn run(
     collect(sqlx::Executor::fetch_many(conn, query), what).await
 }
 
+/// Runs `sql`, statements with their values written in ([`inline`]), as
+/// one simple query: one round trip; the rows of each statement, in order.
+pub(super) async fn run_simple(
+    conn: &mut AnyConnection,
+    sql: &str,
+    what: &'static str,
+) -> Result<Vec<Vec<AnyRow>>, StoreError> {
+    collect(sqlx::Executor::fetch_many(conn, sqlx::raw_sql(sql)), what).await
+}
+
 async fn collect(
     results: impl Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>,
     what: &'static str,
@@ -147,4 +202,38 @@ async fn collect(
         }
     }
     Ok(statements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_in_as_numbers_and_hexadecimal_text() {
+        let sql = inline(
+            "SELECT $1, $2, '$.path', $10 || $1",
+            &[
+                Literal::Int(-7),
+                Literal::Text("it's'); DROP TABLE x; --"),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Int(0),
+                Literal::Text("ten"),
+            ],
+        )
+        .expect("inline");
+        assert_eq!(
+            sql,
+            "SELECT CAST(-7 AS BIGINT), convert_from(decode('6974277327293b2044524f50205441424c4520783b202d2d', 'hex'), 'UTF8'), \
+             '$.path', convert_from(decode('74656e', 'hex'), 'UTF8') || CAST(-7 AS BIGINT)"
+        );
+        assert!(
+            inline("SELECT $2", &[Literal::Int(1)]).is_err(),
+            "no second value"
+        );
+    }
 }

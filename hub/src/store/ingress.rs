@@ -252,8 +252,11 @@ fn known_sql(postgres: bool) -> &'static str {
             &POSTGRES,
             "json_agg",
             "json_build_array",
-            "json_array_elements($1::JSON) j JOIN clients k \
-             ON k.channel_id = (j->>'ch')::BIGINT AND k.external_key = j->>'k'",
+            // `LATERAL … LIMIT 1`: one index lookup per key, whatever the
+            // plan kept for the statement guesses of the JSON's length (a
+            // hash join over every client of the database, otherwise).
+            "json_array_elements($1::JSON) j CROSS JOIN LATERAL (SELECT k.id FROM clients k \
+             WHERE k.channel_id = (j->>'ch')::BIGINT AND k.external_key = j->>'k' LIMIT 1) k",
         )
     } else {
         (
@@ -392,12 +395,16 @@ async fn number_new_clients(
         return Ok(());
     }
     let numbered: Vec<(i64, i64)> = sqlx::query_as(
+        // The clients by key (`= ANY`), each numbered by a look into the
+        // batch's few: joined as a set, PostgreSQL may hash every client.
         "WITH n AS (UPDATE counters SET value = value + $2 WHERE name = 'visitor_number' \
-         RETURNING value - $2 AS base) \
-         UPDATE clients SET visitor_number = n.base + x.i FROM n, \
-         (SELECT CAST(value AS BIGINT) AS id, ordinality AS i \
-          FROM json_array_elements_text($1::JSON) WITH ORDINALITY) x \
-         WHERE clients.id = x.id RETURNING clients.id, clients.visitor_number",
+         RETURNING value - $2 AS base), \
+         x AS (SELECT CAST(value AS BIGINT) AS id, ordinality AS i \
+          FROM json_array_elements_text($1::JSON) WITH ORDINALITY) \
+         UPDATE clients SET visitor_number = (SELECT base FROM n) \
+         + (SELECT x.i FROM x WHERE x.id = clients.id) \
+         WHERE clients.id = ANY (ARRAY(SELECT id FROM x)) \
+         RETURNING clients.id, clients.visitor_number",
     )
     .bind(serde_json::to_string(&new).unwrap_or_else(|_| "[]".into()))
     .bind(new.len() as i64)
@@ -444,13 +451,15 @@ fn pg_clients_sql() -> &'static str {
 
 /// PostgreSQL, second statement: `$1` the batch's messages. Each joins its
 /// client's live chat (opened by the first statement if it had none); the
-/// result reads the chats as the touch left them.
+/// result reads the chats as the touch left them. Each message's client and
+/// chat are one index lookup each (`LATERAL … LIMIT 1`, as in [`known_sql`]).
 const PG_MESSAGES: &str = "WITH b AS (SELECT x.*, c.id AS client_id, c.visitor_number, \
      (SELECT lc.id FROM chats lc WHERE lc.client_id = c.id AND lc.state <> 'closed' \
       ORDER BY lc.id DESC LIMIT 1) AS chat_id \
      FROM json_to_recordset($1::JSON) AS x(seq BIGINT, ch BIGINT, k TEXT, now BIGINT, \
      typing BIGINT, uid TEXT, body TEXT, eid TEXT, kind TEXT, payload TEXT, at BIGINT) \
-     JOIN clients c ON c.channel_id = x.ch AND c.external_key = x.k), \
+     CROSS JOIN LATERAL (SELECT c.id, c.visitor_number FROM clients c \
+     WHERE c.channel_id = x.ch AND c.external_key = x.k LIMIT 1) c), \
      m AS (INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
      created_at) SELECT uid, chat_id, 'client', NULL, body, NULL, now FROM b \
      WHERE typing = 0 ORDER BY seq RETURNING id, uid, chat_id, created_at), \
@@ -462,8 +471,8 @@ const PG_MESSAGES: &str = "WITH b AS (SELECT x.*, c.id AS client_id, c.visitor_n
      SELECT CAST(json_agg(json_build_array(b.seq, b.client_id, b.visitor_number, h.id, h.state, \
      h.agent_id, h.opened_at, h.accepted_at, h.closed_at, \
      COALESCE(t.last_message_at, h.last_message_at), m.id) ORDER BY b.seq) AS TEXT) \
-     FROM b LEFT JOIN chats h ON h.id = b.chat_id LEFT JOIN t ON t.id = b.chat_id \
-     LEFT JOIN m ON m.uid = b.uid";
+     FROM b LEFT JOIN LATERAL (SELECT * FROM chats h WHERE h.id = b.chat_id LIMIT 1) h ON TRUE \
+     LEFT JOIN t ON t.id = b.chat_id LEFT JOIN m ON m.uid = b.uid";
 
 /// What each message will do, worked out in order from what the database
 /// held before the batch.

@@ -106,14 +106,17 @@ fn senders_sql(json: &str) -> String {
 }
 
 /// Locks the senders of the chats in `chats` and the order keys in `keys`
-/// (SQL expressions of JSON arrays) in one sorted run.
+/// (SQL expressions of JSON arrays) in one sorted run. Each chat is one
+/// lookup by key (`LATERAL … LIMIT 1`): joined as a set, PostgreSQL may
+/// hash every client of the database for a batch of a few chats.
 fn chats_sql(chats: &str, keys: &str) -> String {
     let sender = sender_key("cl.channel_id", "cl.external_key");
     let order = order_key("o.value");
     format!(
         "SELECT COUNT(pg_advisory_xact_lock(s.key)) FROM (SELECT {sender} AS key \
-         FROM chats ch JOIN clients cl ON cl.id = ch.client_id \
-         WHERE ch.id IN (SELECT value::BIGINT FROM json_array_elements_text({chats})) \
+         FROM json_array_elements_text({chats}) v CROSS JOIN LATERAL (SELECT cl.channel_id, \
+         cl.external_key FROM chats ch JOIN clients cl ON cl.id = ch.client_id \
+         WHERE ch.id = v.value::BIGINT LIMIT 1) cl \
          UNION SELECT {order} FROM json_array_elements_text({keys}) o ORDER BY 1) s"
     )
 }

@@ -131,6 +131,9 @@ pub enum Backend {
 pub struct PoolSettings {
     /// Most connections this process holds open at once.
     pub max_connections: u32,
+    /// PostgreSQL: batches of each batch writer written at once
+    /// ([`Store::write_lanes`]).
+    pub write_lanes: usize,
     /// How long taking a connection may wait, all of them busy or the
     /// database down; the request then fails (a 503 the client retries).
     pub acquire_timeout: Duration,
@@ -142,6 +145,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             max_connections: 16,
+            write_lanes: 2,
             acquire_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
         }
@@ -201,6 +205,8 @@ pub struct Store {
     readers: Option<Arc<Readers>>,
     /// This process as the owner of the leases it takes.
     identity: Arc<instances::Identity>,
+    /// See [`Store::write_lanes`].
+    write_lanes: usize,
 }
 
 /// Reader connections the store keeps itself. sqlx's pool pings every
@@ -334,6 +340,9 @@ const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(75270305143850
 /// shared. Row-mode writers never wait for one another on it, only for an
 /// exclusive writer (and it for them).
 const PG_BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+/// The row mode's lock alone, first statement of a transaction in one
+/// simple query ([`Store::write_rows_script`]).
+const PG_ROWS_TURN: &str = "SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending
@@ -429,6 +438,10 @@ impl Store {
             health,
             readers,
             identity: Arc::new(identity.unwrap_or_else(instances::Identity::anonymous)),
+            write_lanes: match backend {
+                Backend::Sqlite => 1,
+                Backend::Postgres => settings.write_lanes.max(1),
+            },
         };
         store.migrate().await?;
         Ok(store)
@@ -457,6 +470,7 @@ impl Store {
             agent_tokens: Arc::default(),
             readers: None,
             identity: Arc::new(instances::Identity::anonymous()),
+            write_lanes: 1,
         };
         let first: Vec<(i64, &str)> = migrate::SQLITE_MIGRATIONS
             .iter()
@@ -481,6 +495,15 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// How many batches of each batch writer run at once: on PostgreSQL
+    /// `[storage] write_lanes`, each in a transaction of its own in the row
+    /// mode (kept apart by their locks); on SQLite one, since the group
+    /// commit puts every writer in one transaction and the next batch is
+    /// written while the previous one's commit is awaited.
+    pub fn write_lanes(&self) -> usize {
+        self.write_lanes
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
@@ -557,6 +580,38 @@ impl Store {
         }
         let begin = format!("{PG_BEGIN_ROWS}; {}", locks.statements());
         self.begin_with(Mode::Rows, begin.into()).await
+    }
+
+    /// PostgreSQL: `script`, statements with their values written in
+    /// (`batch::inline`), written as one row-mode transaction in one round
+    /// trip: a simple query's statements are one transaction (committed at
+    /// its end, rolled back whole if one fails), here after the write
+    /// turn's shared lock. For a write that reads nothing between its
+    /// statements (a claim; a batch of results with no plugin effects).
+    /// The rows of each statement, in order.
+    pub(crate) async fn write_rows_script(
+        &self,
+        script: &str,
+        what: &'static str,
+    ) -> Result<Vec<Vec<sqlx::any::AnyRow>>, StoreError> {
+        let started = std::time::Instant::now();
+        let wait = self.pool.options().get_acquire_timeout();
+        let _turn = tokio::time::timeout(wait, self.pg_turn.clone().read_owned())
+            .await
+            .map_err(|_| StoreError::Db {
+                context: "waiting for the write turn",
+                source: sqlx::Error::PoolTimedOut,
+            })?;
+        let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
+        crate::obs::write_turn_waited(false, started.elapsed());
+        let sql = format!("{PG_ROWS_TURN}; {script}");
+        let mut statements = batch::run_simple(&mut conn, &sql, what).await?;
+        self.health.record(&Ok::<(), StoreError>(()));
+        // The lock's own row is no concern of the caller's.
+        if !statements.is_empty() {
+            statements.remove(0);
+        }
+        Ok(statements)
     }
 
     async fn begin(&self, mode: Mode) -> Result<WriteTx<'_>, StoreError> {

@@ -14,14 +14,64 @@ impl Store {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let mut w = self.begin_row_write().await?;
         let owner = &self.identity().id;
+        if self.backend() == Backend::Postgres {
+            let script = claim_script(owner, now, lease_ms, limit)?;
+            let statements = self.write_rows_script(&script, CLAIMING).await?;
+            return claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default());
+        }
+        let mut w = self.begin_row_write().await?;
         let claimed = claim_in(&mut w.tx, self.backend(), owner, now, lease_ms, limit).await?;
         if claimed.is_empty() {
             return Ok(claimed);
         }
         w.commit().await?;
         Ok(claimed)
+    }
+
+    /// The deliverer's turn: [`claim_due`](Store::claim_due), then, when the
+    /// claim took fewer than `limit` rows, [`next_due_at`](Store::next_due_at)
+    /// from `now` (else `None`: claim again at once). On PostgreSQL both are
+    /// one round trip, the claim's transaction with the look after it.
+    pub async fn claim_and_next_due(
+        &self,
+        now: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<(Vec<Claimed>, Option<i64>), StoreError> {
+        if self.backend() == Backend::Postgres {
+            let mut script = claim_script(&self.identity().id, now, lease_ms, limit)?;
+            script.push_str("; ");
+            script.push_str(&batch::inline(
+                next_due_sql(Backend::Postgres),
+                &[Literal::Int(now)],
+            )?);
+            let statements = self.write_rows_script(&script, CLAIMING).await?;
+            let claimed = claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default())?;
+            if claimed.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
+                return Ok((claimed, None));
+            }
+            // The rows are leased now: a look that cannot be read must not
+            // lose them (the idle poll looks again).
+            let next = statements
+                .get(1)
+                .and_then(|rows| rows.first())
+                .and_then(|row| {
+                    let at = |i: usize| row.try_get::<Option<i64>, _>(i).ok().flatten();
+                    earliest(at(0), at(1))
+                });
+            return Ok((claimed, next));
+        }
+        let claimed = self.claim_due(now, lease_ms, limit).await?;
+        if claimed.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
+            return Ok((claimed, None));
+        }
+        // The rows are leased now: a failed look must not lose them.
+        let next = self.next_due_at(now).await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot read the outbox");
+            None
+        });
+        Ok((claimed, next))
     }
 
     /// Records a failed attempt that will be tried again (or given up) at
@@ -95,11 +145,30 @@ impl Store {
             .fetch_one(self.pool())
             .await
             .ctx("finding the next due delivery")?;
-        Ok(match row {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(earliest(row.0, row.1))
     }
+}
+
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// PostgreSQL: the claim as a script for `Store::write_rows_script`: one
+/// round trip, not four (begin, claim, commit, each apart), planned per
+/// claim either way.
+fn claim_script(owner: &str, now: i64, lease_ms: i64, limit: i64) -> Result<String, StoreError> {
+    batch::inline(
+        claim_sql(Backend::Postgres),
+        &[
+            Literal::Int(now + lease_ms),
+            Literal::Int(now),
+            Literal::Int(limit),
+            Literal::Text(owner),
+        ],
+    )
 }
 
 /// [`Store::next_due_at`]'s statement. SQLite's planner would find the
@@ -201,7 +270,14 @@ pub(super) async fn claim_in(
         .bind(owner)
         .fetch_all(&mut *conn)
         .await
-        .ctx("leasing due deliveries")?;
+        .ctx(CLAIMING)?;
+    claimed_rows(&rows)
+}
+
+const CLAIMING: &str = "leasing due deliveries";
+
+/// The rows a claim returned, in `seq` order.
+fn claimed_rows(rows: &[AnyRow]) -> Result<Vec<Claimed>, StoreError> {
     let mut claimed = rows
         .iter()
         .map(from_row)

@@ -5,7 +5,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::batch::{self, Scripts, slots_for, values};
+use super::batch::{self, Literal, Scripts, slots_for, values};
 use super::{Backend, Ctx, DeliveryState, Store, StoreError, flag, is_postgres};
 use crate::event::Event;
 

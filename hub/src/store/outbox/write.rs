@@ -220,7 +220,19 @@ pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
 /// their messages, the order keys' new heads and the event-log rows: one
 /// round trip, not two, while the write turn is held.
 async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
-    const WHAT: &str = "recording delivery results";
+    batch::planned_per_batch(conn, PG_FINISH)
+        .bind(finished_json(rows))
+        .bind(rows.len() as i64)
+        .execute(&mut *conn)
+        .await
+        .ctx(FINISHING)?;
+    Ok(())
+}
+
+const FINISHING: &str = "recording delivery results";
+
+/// PostgreSQL: the rows for [`PG_FINISH`]'s `$1`.
+fn finished_json(rows: &[&Finished]) -> String {
     debug_assert!(rows.iter().all(|r| r.state != OutboxState::Pending));
     let batch: Vec<serde_json::Value> = rows
         .iter()
@@ -238,13 +250,7 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
             })
         })
         .collect();
-    batch::planned_per_batch(conn, PG_FINISH)
-        .bind(serde_json::Value::Array(batch).to_string())
-        .bind(rows.len() as i64)
-        .execute(&mut *conn)
-        .await
-        .ctx(WHAT)?;
-    Ok(())
+    serde_json::Value::Array(batch).to_string()
 }
 
 /// `h`: the next pending row of each finished row's order key is its head
