@@ -414,6 +414,28 @@ mod tests {
         assert_eq!(c.storage.max_connections, 40);
         assert_eq!(c.storage.acquire_timeout(), Duration::from_secs(2));
         assert_eq!(c.storage.connect_timeout(), Duration::from_secs(120));
+        assert_eq!(c.storage.write_lanes, 2, "the default");
+    }
+
+    #[test]
+    fn write_lanes_must_leave_connections_for_the_rest() {
+        let text = "[storage]\nurl = \"postgres://hub@db/hub\"\nwrite_lanes = 4\n";
+        let c = Config::parse(text, Path::new("hub.toml")).unwrap();
+        assert_eq!(c.storage.write_lanes, 4);
+        for bad in [
+            "write_lanes = 0\n",
+            "write_lanes = 17\nmax_connections = 100\n",
+            "write_lanes = 6\n",
+        ] {
+            let text = format!("[storage]\nurl = \"postgres://hub@db/hub\"\n{bad}");
+            let err = Config::parse(&text, Path::new("hub.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("storage.write_lanes"), "{bad}: {err}");
+        }
+        // SQLite has one writer: the lanes do not apply, nor their check.
+        let text = "[storage]\nwrite_lanes = 8\nmax_connections = 4\n";
+        assert!(Config::parse(text, Path::new("hub.toml")).is_ok());
     }
 
     #[test]
