@@ -676,6 +676,27 @@ mod tests {
         }
     }
 
+    /// A custom channel `public_id`; its id.
+    async fn test_channel(store: &Store, public_id: &str) -> i64 {
+        store
+            .insert_channel(NewChannel {
+                public_id,
+                name: public_id,
+                customer_endpoint: "http://127.0.0.1:9/",
+                chunked: false,
+                declared: false,
+                agents: &[],
+                kind: ChannelKind::Custom,
+                color: None,
+                allowed_origins: &[],
+                calls: None,
+            })
+            .await
+            .expect("channel")
+            .expect("a new channel")
+            .id
+    }
+
     async fn write(store: &Store, items: &[CustomerWrite]) -> Vec<CustomerWritten> {
         let mut w = store.begin_write().await.expect("write");
         let written = write_customer_messages(&mut w.tx, &items.iter().collect::<Vec<_>>())
@@ -714,23 +735,7 @@ mod tests {
         use sqlx::Connection;
         let url = crate::store::required_test_postgres_url().await;
         let store = Store::open(&url, Durability::Normal).await.expect("store");
-        let channel = store
-            .insert_channel(NewChannel {
-                public_id: "plans",
-                name: "Plans",
-                customer_endpoint: "http://127.0.0.1:9/",
-                chunked: false,
-                declared: false,
-                agents: &[],
-                kind: ChannelKind::Custom,
-                color: None,
-                allowed_origins: &[],
-                calls: None,
-            })
-            .await
-            .expect("channel")
-            .expect("a new channel")
-            .id;
+        let channel = test_channel(&store, "plans").await;
         let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
         sqlx::raw_sql(&format!(
             "INSERT INTO clients (channel_id, external_key, external_id_json, name, created_at, \
@@ -799,23 +804,7 @@ mod tests {
     }
 
     async fn one_batch(store: Store) {
-        let channel = store
-            .insert_channel(NewChannel {
-                public_id: "batch",
-                name: "Batch",
-                customer_endpoint: "http://127.0.0.1:9/",
-                chunked: false,
-                declared: false,
-                agents: &[],
-                kind: ChannelKind::Custom,
-                color: None,
-                allowed_origins: &[],
-                calls: None,
-            })
-            .await
-            .expect("channel")
-            .expect("a new channel")
-            .id;
+        let channel = test_channel(&store, "batch").await;
         let earlier = write(
             &store,
             &[from(
