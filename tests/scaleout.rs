@@ -369,3 +369,90 @@ async fn killing_one_of_two_instances_mid_batch_loses_nothing_acknowledged() {
     );
     drop(survivor);
 }
+
+/// Each instance remembers its senders' live chats so that a plugin learns
+/// a message's chat without a read: a chat another instance closes is
+/// forgotten once its `chat.closed` arrives over the relay, so the next
+/// message's plugin is not told the closed chat.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chat_closed_on_one_instance_is_not_shown_to_the_other_instances_plugins() {
+    use sqlx::Row;
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
+    let integrator = Integrator::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wiring = crate::support::plugin_toml("note", "fault", "kv = true", "fault = \"note_chat\"")
+        + &crate::support::route_toml("\"channel.customer_message\"", "\"note\"", "reject");
+    let opts = HubOptions {
+        extra_toml: wiring,
+        ..HubOptions::default()
+    };
+    let config = write_config(dir.path(), &opts, "127.0.0.1:0");
+    let url = storage_of(&config);
+    let a = spawn(&config).await;
+    let b = spawn(&config).await;
+    let agent = crate::support::admin_create(
+        &a.base,
+        "agents",
+        json!({ "name": "Ann", "email": "ann@example.com" }),
+    )
+    .await;
+    let token = agent["token"].as_str().expect("token").to_owned();
+    let ch = crate::support::admin_create(
+        &a.base,
+        "channels",
+        json!({ "name": "web", "customer_endpoint": integrator.url,
+                "agents": ["ann@example.com"] }),
+    )
+    .await;
+    let on_a = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
+    let http = reqwest::Client::new();
+    let say = |text: &'static str| {
+        let (http, on_a) = (http.clone(), on_a.clone());
+        async move {
+            let body = json!({ "sender": { "id": "c-1" },
+                "message": { "type": "text", "text": text } });
+            assert_eq!(post(&http, &on_a, body).await, Some(200), "{text}");
+        }
+    };
+    let seen = |text: &'static str| {
+        let url = url.clone();
+        async move {
+            let rows = query(
+                &url,
+                &format!(
+                    "SELECT value FROM plugin_kv WHERE plugin = 'note' AND key = 'chat:{text}'"
+                ),
+            )
+            .await;
+            rows.first()
+                .map(|r| r.get::<String, _>("value"))
+                .unwrap_or_default()
+        }
+    };
+
+    say("first").await;
+    say("second").await;
+    let chat = seen("second").await;
+    assert!(
+        chat.parse::<i64>().is_ok(),
+        "the chat, remembered by A: {chat:?}"
+    );
+    let closed = http
+        .post(format!("{}/agent/v1/chats/{chat}/close", b.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("close on B");
+    assert_eq!(closed.status(), 200, "closed on B");
+    // The relay is a notice away; the hub's own clock has nothing to do
+    // with it, so give it real time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    say("after close").await;
+    assert_eq!(
+        seen("after close").await,
+        "none",
+        "A still showed its plugin the chat B closed"
+    );
+    drop((a, b));
+}
