@@ -147,15 +147,21 @@ pub(super) fn inline(sql: &str, values: &[Literal<'_>]) -> Result<String, StoreE
             })?;
         match value {
             Literal::Int(n) => out.push_str(&format!("CAST({n} AS BIGINT)")),
-            Literal::Text(text) => out.push_str(&format!(
-                "convert_from(decode('{}', 'hex'), 'UTF8')",
-                hex::encode(text)
-            )),
+            Literal::Text(text) => out.push_str(&text_literal(text)),
         }
         rest = &after[digits..];
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// `text` as an SQL expression of type TEXT, written as hexadecimal the
+/// server decodes: nothing of it is ever part of the statement's syntax.
+pub(super) fn text_literal(text: &str) -> String {
+    format!(
+        "convert_from(decode('{}', 'hex'), 'UTF8')",
+        hex::encode(text)
+    )
 }
 
 /// Runs a script of statements with one text parameter; the rows of each

@@ -89,10 +89,7 @@ impl RowLocks {
 /// `value` as JSON, as an SQL expression of type JSON.
 fn inline_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     let text = serde_json::to_string(value).unwrap_or_else(|_| "[]".into());
-    format!(
-        "convert_from(decode('{}', 'hex'), 'UTF8')::JSON",
-        hex::encode(text)
-    )
+    format!("{}::JSON", super::batch::text_literal(&text))
 }
 
 /// Locks the senders in `json`, an SQL expression of a JSON array of
