@@ -1240,6 +1240,8 @@ struct Delivered {
     delivered: usize,
     /// Replies the hub refused or that failed.
     failed: usize,
+    /// Until the last reply was accepted (the rest is the outbox draining).
+    accepted_in: Duration,
     elapsed: Duration,
 }
 
@@ -1258,7 +1260,11 @@ impl Delivered {
         if self.failed > 0 {
             line += &format!(", {} failed", self.failed);
         }
-        line += ")";
+        line += &format!(
+            ", all accepted after {:.2} s of {:.2} s)",
+            self.accepted_in.as_secs_f64(),
+            self.elapsed.as_secs_f64()
+        );
         if let Some(base) = base {
             line += &format!(
                 "  = {:.1} % of hello-world",
@@ -1335,6 +1341,7 @@ async fn deliveries(
     for t in tasks {
         accepted += t.await.unwrap_or(0);
     }
+    let accepted_in = start.elapsed();
     // A reply accepted is delivered; a minute without progress is a hang.
     let mut last = (received.load(Ordering::Relaxed), Instant::now());
     while received.load(Ordering::Relaxed) < before + accepted {
@@ -1354,6 +1361,7 @@ async fn deliveries(
     Delivered {
         delivered: (received.load(Ordering::Relaxed) - before).min(accepted),
         failed: n - accepted,
+        accepted_in,
         elapsed,
     }
 }

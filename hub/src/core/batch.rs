@@ -98,9 +98,42 @@ async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) 
         if queue.recv_many(&mut waiting, W::MAX).await == 0 {
             return;
         }
+        gather(&mut queue, &mut waiting, W::MAX).await;
         let (jobs, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
         let store = store.clone();
         tokio::spawn(async move { write_jobs::<W>(&store, jobs, dones, lane).await });
+    }
+}
+
+/// Most turns [`gather`] gives the runtime.
+const GATHER_TURNS: usize = 8;
+
+/// Lets the runtime run its other ready tasks while they keep adding jobs.
+///
+/// Why: a lane that frees takes what is queued at that instant, while the
+/// requests about to queue (their plugin call done, their task woken) sit
+/// in the runtime's run queue behind this task. Taking them too halves the
+/// batches' number under load, and a batch costs mostly the same whatever
+/// its length (round trips, begin and commit; on PostgreSQL, statements'
+/// start). Measured with the channel bench on PostgreSQL (`BENCH_AB`): 1.3×
+/// ingress with `redact`, 1.26× deliveries, 0.75× hub CPU per message.
+/// When a turn brings nothing the load is light and the batch goes at once.
+async fn gather<T>(queue: &mut mpsc::Receiver<T>, waiting: &mut Vec<T>, max: usize) {
+    for _ in 0..GATHER_TURNS {
+        if waiting.len() >= max {
+            return;
+        }
+        tokio::task::yield_now().await;
+        let before = waiting.len();
+        while waiting.len() < max {
+            match queue.try_recv() {
+                Ok(job) => waiting.push(job),
+                Err(_) => break,
+            }
+        }
+        if waiting.len() == before {
+            return;
+        }
     }
 }
 
