@@ -313,6 +313,10 @@ async fn write_postgres(
     plan: &Plan,
 ) -> Result<Vec<ResultRow>, StoreError> {
     let mut clients: Vec<Value> = Vec::new();
+    // Whether each of `clients` is written: a known sender whose messages
+    // change nothing of it and open no chat is not (a row version, its
+    // index entries and a conflict check saved per message).
+    let mut writes: Vec<bool> = Vec::new();
     let mut index: HashMap<(i64, String), usize> = HashMap::new();
     let mut opening = Vec::new();
     for (seq, (item, step)) in items.iter().zip(&plan.steps).enumerate() {
@@ -320,6 +324,7 @@ async fn write_postgres(
         let [name, phone, email, photo, url, invite] = &step.profile;
         match index.get(&key) {
             Some(&i) => {
+                writes[i] |= step.writes_client;
                 let client = &mut clients[i];
                 for (field, value) in [
                     ("name", name),
@@ -342,6 +347,7 @@ async fn write_postgres(
                     // Numbered at the end (see `number_new_clients`).
                     "number": None::<i64>,
                 }));
+                writes.push(step.writes_client);
                 index.insert(key.clone(), clients.len() - 1);
             }
         }
@@ -349,12 +355,19 @@ async fn write_postgres(
             opening.push(json!({ "seq": seq, "ch": item.channel_id, "k": key.1, "now": item.now }));
         }
     }
-    sqlx::query(pg_clients_sql())
-        .bind(Value::Array(clients).to_string())
-        .bind(Value::Array(opening).to_string())
-        .execute(&mut *conn)
-        .await
-        .ctx(WHAT)?;
+    let clients: Vec<Value> = clients
+        .into_iter()
+        .zip(writes)
+        .filter_map(|(client, writes)| writes.then_some(client))
+        .collect();
+    if !clients.is_empty() {
+        sqlx::query(pg_clients_sql())
+            .bind(Value::Array(clients).to_string())
+            .bind(Value::Array(opening).to_string())
+            .execute(&mut *conn)
+            .await
+            .ctx(WHAT)?;
+    }
     let rows: Vec<Value> = items
         .iter()
         .enumerate()
@@ -484,6 +497,11 @@ struct Plan {
 struct Step {
     opens: bool,
     profile_changed: bool,
+    /// Whether the client's row is written for this message: a new client,
+    /// a profile the message changes (any field), or a chat it opens (the
+    /// chat joins the upserted row on PostgreSQL). The others are left
+    /// alone: a row version and its index entries saved per message.
+    writes_client: bool,
     /// The client's profile after this message.
     profile: Profile,
     /// A new client's visitor number.
@@ -499,14 +517,15 @@ impl Plan {
             let sent = profile_of(&item.sender);
             // A new client takes the next visitor number; later messages of
             // the batch from it find it known.
-            let (number, profile_changed, profile) = match clients.get_mut(&key) {
+            let (number, profile_changed, rewrites, profile) = match clients.get_mut(&key) {
                 Some(client) => {
                     let merged: Profile = std::array::from_fn(|i| {
                         sent[i].clone().or_else(|| client.profile[i].clone())
                     });
                     let changed = merged[..3] != client.profile[..3];
+                    let rewrites = merged != client.profile;
                     client.profile = merged.clone();
-                    (None, changed, merged)
+                    (None, changed, rewrites, merged)
                 }
                 None => {
                     sequence += 1;
@@ -517,7 +536,7 @@ impl Plan {
                             live_chat: false,
                         },
                     );
-                    (Some(sequence), false, sent.clone())
+                    (Some(sequence), false, true, sent.clone())
                 }
             };
             let typing = item.body.is_none();
@@ -531,6 +550,7 @@ impl Plan {
             steps.push(Step {
                 opens,
                 profile_changed,
+                writes_client: rewrites || opens,
                 profile,
                 number,
             });
@@ -540,9 +560,9 @@ impl Plan {
 }
 
 /// Columns of the batch table, bound in this order for each message.
-const BATCH_COLUMNS: [&str; 20] = [
+const BATCH_COLUMNS: [&str; 21] = [
     "seq", "ch", "k", "idj", "name", "phone", "email", "photo", "url", "invite", "now", "typing",
-    "opens", "number", "uid", "body", "eid", "kind", "payload", "at",
+    "opens", "wc", "number", "uid", "body", "eid", "kind", "payload", "at",
 ];
 
 /// Binds one message as a row of [`BATCH_COLUMNS`].
@@ -563,6 +583,7 @@ fn bind_row<'q>(query: Query<'q>, seq: usize, item: &CustomerWrite, step: &Step)
         .bind(item.now)
         .bind(i64::from(item.body.is_none()))
         .bind(i64::from(step.opens))
+        .bind(i64::from(step.writes_client))
         .bind(step.number)
         .bind(item.uid.clone())
         .bind(item.body.clone())
@@ -585,18 +606,20 @@ fn build_write_script(slots: usize) -> String {
         // 0, 1, 2: the batch, in a table of this connection.
         "CREATE TEMP TABLE IF NOT EXISTS ingress_batch (seq INTEGER, ch INTEGER, \
          k TEXT, idj TEXT, name TEXT, phone TEXT, email TEXT, photo TEXT, url TEXT, \
-         invite TEXT, now INTEGER, typing INTEGER, opens INTEGER, number INTEGER, uid TEXT, \
-         body TEXT, eid TEXT, kind TEXT, payload TEXT, at INTEGER)"
+         invite TEXT, now INTEGER, typing INTEGER, opens INTEGER, wc INTEGER, number INTEGER, \
+         uid TEXT, body TEXT, eid TEXT, kind TEXT, payload TEXT, at INTEGER)"
             .to_owned(),
         "DELETE FROM temp.ingress_batch".to_owned(),
         format!("INSERT INTO temp.ingress_batch VALUES {values}"),
         // 3: clients, in order: an existing one merges the profile sent, a
-        // new one takes the visitor number the plan gave it.
+        // new one takes the visitor number the plan gave it; a known one
+        // its message changes nothing of, opening no chat, is left alone.
         format!(
             "INSERT INTO clients (channel_id, external_key, external_id_json, name, phone, \
              email, photo, url, invite, created_at, updated_at, visitor_number) \
              SELECT ch, k, idj, name, phone, email, photo, url, invite, now, now, number \
-             FROM temp.ingress_batch WHERE ch IS NOT NULL ORDER BY seq {CLIENT_MERGE}"
+             FROM temp.ingress_batch WHERE ch IS NOT NULL AND wc = 1 ORDER BY seq \
+             {CLIENT_MERGE}"
         ),
         // 4: the chats messages open.
         format!(
