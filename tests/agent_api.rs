@@ -289,6 +289,43 @@ async fn agents_see_only_chats_of_their_channels() {
     office.hub.shutdown().await;
 }
 
+/// Agents' requests that arrive together find their chats in one lookup:
+/// each still gets its own chat, and no agent a chat of another's channel.
+#[tokio::test]
+async fn requests_at_once_find_each_its_own_chat_and_never_a_foreign_one() {
+    let office = Office::open().await;
+    let web = office.web_chat().await;
+    let shop = office.chat_from(&office.shop, &office.carl, 2).await;
+    let mut asked = Vec::new();
+    for round in 0..8 {
+        for (agent, chat, mine) in [
+            (&office.ann, web, true),
+            (&office.carl, web, false),
+            (&office.ann, shop, false),
+            (&office.carl, shop, true),
+            (&office.bob, 999_999, false),
+        ] {
+            asked.push(async move {
+                let answer = act(agent, chat, "messages", text(&format!("round {round}"))).await;
+                (agent.id, chat, mine, answer)
+            });
+        }
+    }
+    for (agent, chat, mine, answer) in futures_util::future::join_all(asked).await {
+        if mine {
+            assert_eq!(answer.0, 201, "{agent} in chat {chat}: {}", answer.1);
+        } else {
+            assert_error(&format!("{agent} in chat {chat}"), &answer, 404);
+        }
+    }
+    // Each chat holds its first message and its agent's eight replies.
+    for (agent, chat) in [(&office.ann, web), (&office.carl, shop)] {
+        let view = agent.chat(chat).await;
+        assert_eq!(view["messages"].as_array().map(Vec::len), Some(9), "{view}");
+    }
+    office.hub.shutdown().await;
+}
+
 #[tokio::test]
 async fn malformed_or_unknown_chat_ids_answer_404() {
     let office = Office::open().await;

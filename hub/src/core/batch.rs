@@ -82,6 +82,112 @@ impl<W: BatchWrite> Batcher<W> {
     }
 }
 
+/// What is looked up in batches: many requests' keys in one query.
+pub(super) trait BatchRead: Send + 'static {
+    type Key: Send + 'static;
+    type Found: Send + 'static;
+    /// Most keys looked up at once.
+    const MAX: usize;
+    /// What is looked up, for logs.
+    const WHAT: &'static str;
+
+    /// What each of `keys` finds, in order.
+    fn read<'a>(
+        store: &'a Store,
+        keys: &'a [Self::Key],
+    ) -> impl Future<Output = Result<Vec<Self::Found>, StoreError>> + Send + 'a;
+}
+
+/// Lookups at once: a slow one does not hold up the next batch.
+const READ_LANES: usize = 4;
+
+type Asked<R> = (
+    <R as BatchRead>::Key,
+    oneshot::Sender<Result<<R as BatchRead>::Found, CoreError>>,
+);
+
+/// The queue to one lookup task, started on first use: requests that ask
+/// at the same time share one query (and, on PostgreSQL, one connection's
+/// checkout, round trip and release) instead of one each.
+pub(super) struct ReadBatcher<R: BatchRead> {
+    queue: OnceLock<mpsc::Sender<Asked<R>>>,
+}
+
+impl<R: BatchRead> Default for ReadBatcher<R> {
+    fn default() -> Self {
+        ReadBatcher {
+            queue: OnceLock::new(),
+        }
+    }
+}
+
+impl<R: BatchRead> ReadBatcher<R> {
+    /// What `key` finds, read with whatever else is asked meanwhile.
+    pub(super) async fn read(&self, store: &Store, key: R::Key) -> Result<R::Found, CoreError> {
+        let queue = self.queue.get_or_init(|| {
+            let (send, receive) = mpsc::channel(QUEUE);
+            tokio::spawn(run_reads::<R>(store.clone(), receive));
+            send
+        });
+        let (done, result) = oneshot::channel();
+        queue
+            .send((key, done))
+            .await
+            .map_err(|_| stopped(R::WHAT, "the lookup task stopped"))?;
+        result
+            .await
+            .map_err(|_| stopped(R::WHAT, "the lookup task dropped one"))?
+    }
+}
+
+async fn run_reads<R: BatchRead>(store: Store, mut queue: mpsc::Receiver<Asked<R>>) {
+    let lanes = Arc::new(Semaphore::new(READ_LANES));
+    let mut waiting = Vec::with_capacity(R::MAX);
+    loop {
+        let Ok(lane) = lanes.clone().acquire_owned().await else {
+            return;
+        };
+        if queue.recv_many(&mut waiting, R::MAX).await == 0 {
+            return;
+        }
+        gather(&mut queue, &mut waiting, R::MAX).await;
+        let (keys, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
+        let store = store.clone();
+        tokio::spawn(async move {
+            match R::read(&store, &keys).await {
+                Ok(found) if found.len() == dones.len() => {
+                    for (done, found) in dones.into_iter().zip(found) {
+                        let _ = done.send(Ok(found));
+                    }
+                }
+                Ok(found) => {
+                    let e = StoreError::Corrupt(format!(
+                        "{} of {} {} came back",
+                        found.len(),
+                        dones.len(),
+                        R::WHAT
+                    ));
+                    fail_reads(dones, &e, R::WHAT);
+                }
+                Err(e) => fail_reads(dones, &e, R::WHAT),
+            }
+            drop(lane);
+        });
+    }
+}
+
+fn fail_reads<F>(
+    dones: Vec<oneshot::Sender<Result<F, CoreError>>>,
+    error: &StoreError,
+    what: &str,
+) {
+    let text = error.to_string();
+    tracing::error!(error = %text, count = dones.len(), what, "lookup failed");
+    for done in dones {
+        let _ = done.send(Err(CoreError::Store(StoreError::Shared(text.clone()))));
+    }
+}
+
 fn stopped(what: &str, why: &str) -> CoreError {
     CoreError::Store(StoreError::Commit(format!("{what}: {why}")))
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::clock::Clock;
 use crate::config::CrmConfig;
-use crate::core::batch::Batcher;
+use crate::core::batch::{BatchRead, Batcher, ReadBatcher};
 use crate::core::bot_hooks::BotDirectory;
 use crate::core::error::CoreError;
 use crate::core::ingress::Ingress;
@@ -39,6 +39,8 @@ pub struct Conversations {
     pub(super) results: Batcher<Results>,
     /// Where agent messages are stored, in batches.
     pub(super) outgoing: Batcher<Outgoing>,
+    /// Where agents' requests find their chats, in batches.
+    visible: ReadBatcher<VisibleChats>,
     /// The bots, by channel, provider id and id.
     pub(super) bots: BotDirectory,
     /// Bot providers' access tokens (the optional authorization).
@@ -75,6 +77,7 @@ impl Conversations {
             ingress: Batcher::default(),
             results: Batcher::default(),
             outgoing: Batcher::default(),
+            visible: ReadBatcher::default(),
         })
     }
 
@@ -127,8 +130,8 @@ impl Conversations {
         agent: &Agent,
         chat_id: i64,
     ) -> Result<(Chat, Client), CoreError> {
-        self.store
-            .chat_visible_to(chat_id, &agent.email)
+        self.visible
+            .read(&self.store, (chat_id, agent.email.clone()))
             .await?
             .ok_or(CoreError::NotFound)
     }
@@ -165,5 +168,20 @@ impl Conversations {
             chat_id,
             data: data(),
         });
+    }
+}
+
+/// A chat and its client, if the chat is in a channel of the agent's
+/// (chat id, agent's email).
+struct VisibleChats;
+
+impl BatchRead for VisibleChats {
+    type Key = (i64, String);
+    type Found = Option<(Chat, Client)>;
+    const MAX: usize = 128;
+    const WHAT: &'static str = "chats";
+
+    async fn read(store: &Store, keys: &[(i64, String)]) -> Result<Vec<Self::Found>, StoreError> {
+        store.chats_visible_to(keys).await
     }
 }

@@ -619,33 +619,69 @@ impl Store {
         row.as_ref().map(chat_from_row).transpose()
     }
 
-    /// A chat on a channel the agent with `email` works on, with its client
-    /// (else `None`).
-    pub async fn chat_visible_to(
+    /// For each (chat id, agent's email), in the order asked: the chat with
+    /// its client if it is on a channel that agent works on (else `None`),
+    /// all in one query.
+    pub async fn chats_visible_to(
         &self,
-        id: i64,
-        email: &str,
-    ) -> Result<Option<(Chat, Client)>, StoreError> {
-        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let sql = SQL.get_or_init(|| {
+        wanted: &[(i64, String)],
+    ) -> Result<Vec<Option<(Chat, Client)>>, StoreError> {
+        static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let columns = || {
             format!(
-                "SELECT {}, {} FROM chats h JOIN clients c ON c.id = h.client_id \
-                 WHERE h.id = $1 AND EXISTS (SELECT 1 FROM channel_agents a \
-                 WHERE a.channel_id = h.channel_id AND a.agent_email = $2)",
+                "{}, {}",
                 qualified("h", CHAT_COLUMNS),
                 qualified("c", CLIENT_COLUMNS)
             )
-        });
-        let row = sqlx::query(sql)
-            .bind(id)
-            .bind(email.to_lowercase())
-            .fetch_optional(&mut *self.read().await?)
+        };
+        let sql = match self.backend() {
+            // `LATERAL … LIMIT 1`: one index lookup per pair, whatever the
+            // plan kept for the statement guesses of the JSON's length.
+            super::Backend::Postgres => POSTGRES.get_or_init(|| {
+                format!(
+                    "SELECT x.ord, v.* FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
+                     id BIGINT, email TEXT) CROSS JOIN LATERAL (SELECT {} FROM chats h \
+                     JOIN clients c ON c.id = h.client_id WHERE h.id = x.id AND EXISTS \
+                     (SELECT 1 FROM channel_agents a WHERE a.channel_id = h.channel_id \
+                     AND a.agent_email = x.email) LIMIT 1) v",
+                    columns()
+                )
+            }),
+            super::Backend::Sqlite => SQLITE.get_or_init(|| {
+                format!(
+                    "SELECT json_extract(j.value, '$.ord'), {} FROM json_each($1) j \
+                     CROSS JOIN chats h ON h.id = json_extract(j.value, '$.id') \
+                     JOIN clients c ON c.id = h.client_id WHERE EXISTS (SELECT 1 \
+                     FROM channel_agents a WHERE a.channel_id = h.channel_id \
+                     AND a.agent_email = json_extract(j.value, '$.email'))",
+                    columns()
+                )
+            }),
+        };
+        let list: Vec<serde_json::Value> = wanted
+            .iter()
+            .enumerate()
+            .map(|(ord, (id, email))| {
+                serde_json::json!({ "ord": ord, "id": id, "email": email.to_lowercase() })
+            })
+            .collect();
+        let rows = sqlx::query(sql)
+            .bind(serde_json::Value::Array(list).to_string())
+            .fetch_all(&mut *self.read().await?)
             .await
-            .ctx("looking up a chat")?;
-        let Some(row) = row else { return Ok(None) };
-        let chat = chat_at(&row, 0)?;
-        let client = client_at(&row, CHAT_COLUMNS.split(',').count())?;
-        Ok(Some((chat, client)))
+            .ctx("looking up chats")?;
+        let mut found: Vec<Option<(Chat, Client)>> = wanted.iter().map(|_| None).collect();
+        for row in &rows {
+            let ord: i64 = row.try_get(0).ctx("looking up chats")?;
+            let chat = chat_at(row, 1)?;
+            let client = client_at(row, 1 + CHAT_COLUMNS.split(',').count())?;
+            match usize::try_from(ord).ok().and_then(|i| found.get_mut(i)) {
+                Some(slot) => *slot = Some((chat, client)),
+                None => return Err(StoreError::Corrupt(format!("a lookup came back as {ord}"))),
+            }
+        }
+        Ok(found)
     }
 
     pub async fn client_by_id(&self, id: i64) -> Result<Option<Client>, StoreError> {

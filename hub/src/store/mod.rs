@@ -82,6 +82,10 @@ pub enum StoreError {
     /// The group commit that held this transaction failed.
     #[error("the write was not committed: {0}")]
     Commit(String),
+    /// The read or write this request shared with others failed (the
+    /// first failure is logged where it happened).
+    #[error("{0}")]
+    Shared(String),
     /// No connection to the database could be made. `target` names the
     /// database, host and port; neither field carries a password.
     #[error("cannot connect to {target}: {reason}")]
