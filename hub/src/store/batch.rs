@@ -210,6 +210,48 @@ async fn collect(
     Ok(statements)
 }
 
+/// Tests' check that PostgreSQL finds a batch's rows by key whatever plan
+/// it keeps: each of `plans` (what, statement, its arguments written in) is
+/// prepared and explained on `conn`, which has `plan_cache_mode =
+/// force_generic_plan` set (the plan a prepared statement runs after five
+/// executions), and no plan may scan any of `tables` whole.
+#[cfg(test)]
+pub(crate) async fn assert_read_by_key(
+    conn: &mut sqlx::PgConnection,
+    plans: &[(&str, String, String)],
+    tables: &[&str],
+) {
+    use sqlx::Row;
+    for (i, (what, sql, args)) in plans.iter().enumerate() {
+        let explained = sqlx::raw_sql(&format!(
+            "DEALLOCATE ALL; PREPARE p{i} AS {sql}; EXPLAIN EXECUTE p{i}({args})"
+        ))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("explaining {what}: {e}"));
+        let plan: Vec<String> = explained.iter().map(|r| r.get::<String, _>(0)).collect();
+        let scanned: Vec<&&str> = tables
+            .iter()
+            .filter(|t| {
+                let scan = format!("Seq Scan on {t} ");
+                plan.iter()
+                    .any(|l| l.contains(&scan) || l.ends_with(&scan[..scan.len() - 1]))
+            })
+            .collect();
+        assert!(
+            scanned.is_empty(),
+            "{what} reads {scanned:?} whole:\n{}",
+            plan.join("\n")
+        );
+    }
+}
+
+/// A text argument written into SQL for [`assert_read_by_key`].
+#[cfg(test)]
+pub(crate) fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

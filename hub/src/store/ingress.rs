@@ -665,8 +665,7 @@ mod tests {
 
     use super::*;
     use crate::event::{Direction, EventKind};
-    use crate::store::channels::{ChannelKind, NewChannel};
-    use crate::store::{Durability, Store, required_test_postgres};
+    use crate::store::{Durability, Store, required_test_postgres, test_channel};
 
     fn sender(id: &str, name: Option<&str>, phone: Option<&str>) -> CustomerSender {
         CustomerSender {
@@ -697,27 +696,6 @@ mod tests {
             event: Event::new(kind, Direction::In, json!({"text": text})).on_channel(channel),
             now,
         }
-    }
-
-    /// A custom channel `public_id`; its id.
-    async fn test_channel(store: &Store, public_id: &str) -> i64 {
-        store
-            .insert_channel(NewChannel {
-                public_id,
-                name: public_id,
-                customer_endpoint: "http://127.0.0.1:9/",
-                chunked: false,
-                declared: false,
-                agents: &[],
-                kind: ChannelKind::Custom,
-                color: None,
-                allowed_origins: &[],
-                calls: None,
-            })
-            .await
-            .expect("channel")
-            .expect("a new channel")
-            .id
     }
 
     async fn write(store: &Store, items: &[CustomerWrite]) -> Vec<CustomerWritten> {
@@ -787,7 +765,7 @@ mod tests {
             chats: chats.iter().map(|(id,)| *id).collect(),
             ..Default::default()
         };
-        let quoted = |text: &str| format!("'{}'", text.replace('\'', "''"));
+        let quoted = crate::store::batch::quoted;
         let plans = [
             ("known clients", known_sql(true).to_owned(), quoted(&keys)),
             ("messages", PG_MESSAGES.to_owned(), quoted(&messages)),
@@ -797,23 +775,7 @@ mod tests {
                 "'[1, 2]', 2".to_owned(),
             ),
         ];
-        for (i, (what, sql, args)) in plans.iter().enumerate() {
-            let explained: Vec<(String,)> = sqlx::raw_sql(&format!(
-                "PREPARE p{i} AS {sql}; EXPLAIN EXECUTE p{i}({args})"
-            ))
-            .fetch_all(&mut conn)
-            .await
-            .map(|rows| rows.iter().map(|r| (r.get::<String, _>(0),)).collect())
-            .unwrap_or_else(|e| panic!("explaining {what}: {e}"));
-            let plan: Vec<&str> = explained.iter().map(|(l,)| l.as_str()).collect();
-            assert!(
-                !plan
-                    .iter()
-                    .any(|l| l.contains("Seq Scan on clients") || l.contains("Seq Scan on chats")),
-                "{what} reads a whole table:\n{}",
-                plan.join("\n")
-            );
-        }
+        crate::store::batch::assert_read_by_key(&mut conn, &plans, &["clients", "chats"]).await;
         let explained = sqlx::raw_sql(&format!("EXPLAIN {}", locks.statements()))
             .fetch_all(&mut conn)
             .await

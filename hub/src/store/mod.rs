@@ -749,6 +749,28 @@ pub(crate) async fn required_test_postgres() -> Store {
     Store::open(&url, Durability::Normal).await.expect("store")
 }
 
+/// Tests' custom channel `public_id`; its id.
+#[cfg(test)]
+pub(crate) async fn test_channel(store: &Store, public_id: &str) -> i64 {
+    store
+        .insert_channel(channels::NewChannel {
+            public_id,
+            name: public_id,
+            customer_endpoint: "http://127.0.0.1:9/",
+            chunked: false,
+            declared: false,
+            agents: &[],
+            kind: channels::ChannelKind::Custom,
+            color: None,
+            allowed_origins: &[],
+            calls: None,
+        })
+        .await
+        .expect("channel")
+        .expect("a new channel")
+        .id
+}
+
 /// Reads a 0/1 integer column as a bool.
 pub(crate) fn flag(v: i64) -> bool {
     v != 0

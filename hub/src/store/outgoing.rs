@@ -10,9 +10,7 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::batch::{
-    Query, Scripts, json_cell, pad_slots, planned_per_batch, run, slots_for, values,
-};
+use super::batch::{Query, Scripts, json_cell, pad_slots, run, slots_for, values};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError, is_postgres};
 use crate::event::Event;
@@ -51,13 +49,7 @@ pub async fn chats_by_ids(
     // The count tells PostgreSQL's planner how many ids to expect (a JSON
     // array's elements it guesses at 100).
     let count = ids.len() as i64;
-    let ids = if is_postgres(conn) {
-        "SELECT value::BIGINT FROM json_array_elements_text($1::JSON) LIMIT $2"
-    } else {
-        "SELECT value FROM json_each($1) LIMIT $2"
-    };
-    let sql = format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id IN ({ids})");
-    let rows = planned_per_batch(conn, &sql)
+    let rows = sqlx::query(chats_sql(is_postgres(conn)))
         .bind(list)
         .bind(count)
         .fetch_all(conn)
@@ -66,6 +58,23 @@ pub async fn chats_by_ids(
     rows.iter()
         .map(|row| chat_from_row(row).map(|chat| (chat.id, chat)))
         .collect()
+}
+
+/// [`chats_by_ids`]' statement: `$1` the ids as a JSON array, `$2` how many.
+fn chats_sql(postgres: bool) -> &'static str {
+    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    // `= ANY (ARRAY(…))`: an index lookup per id whatever plan the server
+    // keeps (`IN (…)` may become a hash join over every chat).
+    let (cell, ids) = if postgres {
+        (
+            &POSTGRES,
+            "= ANY (ARRAY(SELECT value::BIGINT FROM json_array_elements_text($1::JSON) LIMIT $2))",
+        )
+    } else {
+        (&SQLITE, "IN (SELECT value FROM json_each($1) LIMIT $2)")
+    };
+    cell.get_or_init(|| format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id {ids}"))
 }
 
 /// Stores `items` in order in the caller's transaction; the id of each
@@ -140,7 +149,7 @@ async fn write_postgres(
             })
         })
         .collect();
-    let query = planned_per_batch(conn, PG_SCRIPT)
+    let query = sqlx::query(PG_SCRIPT)
         .bind(serde_json::Value::Array(rows).to_string())
         .bind(items.len() as i64);
     let statements = run(conn, query, WHAT).await?;
@@ -155,8 +164,9 @@ const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
      m AS (INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
      created_at) SELECT uid, chat, author, agent, body, dstate, now FROM b \
      WHERE body IS NOT NULL ORDER BY ord RETURNING id, uid), \
-     t AS (UPDATE chats SET last_message_at = l.last FROM (SELECT chat, MAX(now) AS last \
-     FROM b WHERE body IS NOT NULL GROUP BY chat) l WHERE chats.id = l.chat), \
+     t AS (UPDATE chats SET last_message_at = (SELECT MAX(l.now) FROM b l \
+     WHERE l.chat = chats.id AND l.body IS NOT NULL) \
+     WHERE chats.id = ANY (ARRAY(SELECT chat FROM b WHERE body IS NOT NULL))), \
      e AS (INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
      SELECT eid, kind, dir, ch, chat, payload, at FROM b ORDER BY ord), \
      o AS (INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, \
@@ -308,6 +318,83 @@ mod tests {
     /// Rows of one chat written in one batch go out one at a time, in
     /// order: only the first is its key's head, also behind a row that
     /// an earlier batch queued.
+    /// On PostgreSQL an agent-message batch, the chats it reads and the
+    /// delivery results after it find their rows by key whatever plan the
+    /// server keeps (these statements are prepared once and their plans
+    /// kept): over thousands of chats, messages and outbox rows, no plan
+    /// reads any of them whole.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn agent_batches_and_results_read_no_whole_table_on_postgres_whatever_the_plan() {
+        use sqlx::Connection;
+        let url = crate::store::required_test_postgres_url().await;
+        let store = Store::open(&url, Durability::Normal).await.expect("store");
+        let channel = crate::store::test_channel(&store, "plans").await;
+        let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+        sqlx::raw_sql(&format!(
+            "INSERT INTO clients (channel_id, external_key, external_id_json, name, created_at, \
+             updated_at, visitor_number) SELECT {channel}, g::TEXT, g::TEXT, 'Busy', 0, 0, g \
+             FROM generate_series(1, 3000) g; \
+             INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
+             SELECT channel_id, id, 'open', 0, 0 FROM clients; \
+             INSERT INTO messages (uid, chat_id, author, body, created_at) \
+             SELECT 'm' || id, id, 'client', '{{}}', 0 FROM chats; \
+             INSERT INTO outbox (id, event_id, kind, policy, target_url, body, order_key, \
+             message_id, chat_id, state, next_attempt_at, created_at, head) \
+             SELECT 'o' || id, 'e' || id, 'agent.message', 'channel', 'http://127.0.0.1:9/', \
+             '{{}}', 'chat:' || chat_id, id, chat_id, 'delivered', 0, 0, 1 FROM messages; \
+             ANALYZE clients; ANALYZE chats; ANALYZE messages; ANALYZE outbox; \
+             SET plan_cache_mode = force_generic_plan"
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("a busy day's chats");
+        let (chat, message, seq): (i64, i64, i64) =
+            sqlx::query_as("SELECT chat_id, message_id, seq FROM outbox ORDER BY seq LIMIT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("a row");
+        let batch = serde_json::json!([{
+            "ord": 0, "uid": "u1", "chat": chat, "author": "agent", "agent": null,
+            "body": "{}", "dstate": "pending", "now": 1, "eid": "e1", "kind": "agent.message",
+            "dir": "out", "ch": channel, "payload": "{}", "at": 1, "oid": "o1", "oevent": "e1",
+            "okind": "agent.message", "policy": "channel", "url": "http://127.0.0.1:9/",
+            "obody": "{}", "chunked": 0, "okey": format!("chat:{chat}"), "staged": 0,
+            "secret": null
+        }])
+        .to_string();
+        let results = serde_json::json!([{
+            "ord": 0, "seq": seq, "state": "delivered", "error": null, "attempts": 1,
+            "response": null, "now": 1, "mid": message, "mstate": "delivered", "eid": null,
+            "kind": null, "dir": null, "ch": null, "chat": null, "payload": null, "at": null
+        }])
+        .to_string();
+        let quoted = crate::store::batch::quoted;
+        let plans = [
+            (
+                "agent messages",
+                PG_SCRIPT.to_owned(),
+                format!("{}, 1", quoted(&batch)),
+            ),
+            (
+                "their chats",
+                chats_sql(true).to_owned(),
+                format!("{}, 1", quoted(&format!("[{chat}]"))),
+            ),
+            (
+                "delivery results",
+                crate::store::outbox::PG_FINISH.to_owned(),
+                format!("{}, 1", quoted(&results)),
+            ),
+        ];
+        crate::store::batch::assert_read_by_key(
+            &mut conn,
+            &plans,
+            &["chats", "messages", "outbox", "clients"],
+        )
+        .await;
+    }
+
     #[tokio::test]
     async fn a_batchs_rows_of_one_chat_wait_for_each_other() {
         let dir = tempfile::tempdir().expect("temp dir");

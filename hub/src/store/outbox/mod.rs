@@ -13,6 +13,9 @@ mod admin;
 mod claim;
 mod write;
 
+#[cfg(test)]
+pub(in crate::store) use write::PG_FINISH;
+
 pub use admin::{DeliveryView, OutboxDepth, PendingRows};
 pub use write::{
     Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, set_response, unstage,
