@@ -775,6 +775,7 @@ mod tests {
                 "'[1, 2]', 2".to_owned(),
             ),
         ];
+        crate::store::batch::prepare_plans(&mut conn, &plans).await;
         crate::store::batch::assert_read_by_key(&mut conn, &plans, &["clients", "chats"]).await;
         let explained = sqlx::raw_sql(&format!("EXPLAIN {}", locks.statements()))
             .fetch_all(&mut conn)

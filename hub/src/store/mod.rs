@@ -341,12 +341,28 @@ const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// (0x6875_625f_7772_6974).
 const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(7527030514385054068)";
 /// How a PostgreSQL write transaction in the row mode starts: the same lock,
-/// shared. Row-mode writers never wait for one another on it, only for an
-/// exclusive writer (and it for them).
-const PG_BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
-/// The row mode's lock alone, first statement of a transaction in one
-/// simple query ([`Store::write_rows_script`]).
-const PG_ROWS_TURN: &str = "SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+/// shared, and [`PG_KEYED_PLANS`]. Row-mode writers never wait for one
+/// another on it, only for an exclusive writer (and it for them).
+const PG_BEGIN_ROWS: &str = "BEGIN; SELECT set_config('enable_seqscan', 'off', true), \
+     set_config('jit', 'off', true); SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+/// The row mode's lock alone, first statements of a transaction in one
+/// simple query ([`Store::write_rows_script`]), with [`PG_KEYED_PLANS`].
+const PG_ROWS_TURN: &str = "SELECT set_config('enable_seqscan', 'off', true), \
+     set_config('jit', 'off', true); SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+/// How many statements [`PG_ROWS_TURN`] is.
+const PG_ROWS_TURN_STATEMENTS: usize = 2;
+/// What row-mode writers plan with (set for the transaction in their first
+/// round trip): no table read whole where an index finds the rows, and no
+/// JIT compilation (a plan that must still scan a table it has no index
+/// for, a one-row table, is costed past the JIT's threshold: compiling it
+/// took 18 ms a run). Their statements
+/// read and write a batch's rows by key; their plans are made once per
+/// connection and kept (a batch planned anew costs more planning than
+/// execution), and a plan made while a table was small and analyzed as
+/// such (a new database) would otherwise go on scanning it whole as it
+/// grows (a sudden backlog) until autovacuum analyzes it again.
+#[cfg(test)]
+pub(crate) const PG_KEYED_PLANS: &str = "SET enable_seqscan = off; SET jit = off";
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending
@@ -611,10 +627,8 @@ impl Store {
         let sql = format!("{PG_ROWS_TURN}; {script}");
         let mut statements = batch::run_simple(&mut conn, &sql, what).await?;
         self.health.record(&Ok::<(), StoreError>(()));
-        // The lock's own row is no concern of the caller's.
-        if !statements.is_empty() {
-            statements.remove(0);
-        }
+        // The setting's and the lock's results are no concern of the caller's.
+        statements.drain(..PG_ROWS_TURN_STATEMENTS.min(statements.len()));
         Ok(statements)
     }
 
