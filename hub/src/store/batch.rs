@@ -8,7 +8,7 @@ use futures_util::{Stream, StreamExt};
 use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{AnyConnection, Either, Row};
 
-use super::{Ctx, StoreError, is_postgres};
+use super::{Ctx, StoreError};
 
 pub(super) type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
@@ -85,33 +85,6 @@ pub(super) fn json_cell<T: serde::de::DeserializeOwned>(
     let text: Option<String> = row.try_get(column).ctx("reading a batch result")?;
     serde_json::from_str(text.as_deref().unwrap_or("[]"))
         .map_err(|e| StoreError::Corrupt(format!("a batch result: {e}")))
-}
-
-/// A statement of the delivery path over a batch (the agent messages, the
-/// claim, the results, the chats a batch reads): on PostgreSQL planned
-/// afresh for each batch; on SQLite prepared once, as every other
-/// statement. Such a statement reads its JSON rows with `LIMIT` the batch's
-/// length (a bound parameter): the planner then knows how many rows a
-/// batch has, where it guesses 100 for a JSON set.
-///
-/// Why: PostgreSQL plans a prepared statement for its parameters five
-/// times, then keeps a generic plan made with the table sizes of that
-/// moment until the next `ANALYZE` of a table it reads. These statements
-/// join a batch to the outbox and the messages, which grow by a row per
-/// delivery: on a new database, or behind a sudden backlog, a plan kept
-/// from when they were small read them whole (a hash join over a
-/// sequential scan of every outbox row, for a batch of 15) long after an
-/// index lookup per row was the cheaper plan, until autovacuum analyzed
-/// them; and with a batch taken for 100 rows, even a fresh plan preferred
-/// the scan up to tens of thousands of rows. A plan made for each batch
-/// sees the tables' sizes as they are; it costs a round trip and a
-/// planning per batch, not per row. The customer-message batches keep
-/// their prepared plans: planned per batch they cost a third of the
-/// ingress rate, and the tables they read (clients, chats) grow by a row
-/// per new visitor, slowly enough for autovacuum to keep up (measured:
-/// docs/performance.md, "What the figures depend on").
-pub(super) fn planned_per_batch<'q>(conn: &AnyConnection, sql: &'q str) -> Query<'q> {
-    sqlx::query(sql).persistent(!is_postgres(conn))
 }
 
 /// A value written into a statement: PostgreSQL's simple queries, which

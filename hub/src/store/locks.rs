@@ -172,10 +172,9 @@ pub async fn order_keys_of_rows(conn: &mut AnyConnection, seqs: &[i64]) -> Resul
     }
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = SQL.get_or_init(|| rows_sql("$1::JSON"));
-    // Planned per batch like the results it comes before: a prepared plan
-    // kept from when the outbox was small reads the whole outbox behind a
-    // sudden backlog, until autovacuum happens to analyze it.
-    super::batch::planned_per_batch(conn, sql)
+    // Kept plans read by key: row-mode writers plan without whole-table
+    // scans (`PG_KEYED_PLANS`).
+    sqlx::query(sql)
         .bind(serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into()))
         .execute(conn)
         .await

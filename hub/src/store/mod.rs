@@ -329,30 +329,50 @@ impl WriteTx<'_> {
     }
 }
 
+/// `$before`, [`PG_KEYED_PLANS`]' settings for the transaction as one
+/// statement, then `$after`: the first round trip of a write transaction.
+macro_rules! keyed_plans {
+    ($before:expr, $after:expr) => {
+        concat!(
+            $before,
+            "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true); ",
+            $after
+        )
+    };
+}
+
+/// The row mode's lock: the write turn, shared.
+macro_rules! shared_turn {
+    () => {
+        "SELECT pg_advisory_xact_lock_shared(7527030514385054068)"
+    };
+}
+
 /// A PostgreSQL connection idle for this long is pinged before it is handed
 /// out; one returned more recently was pinged when it came back.
 const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
-/// How a PostgreSQL write transaction in the exclusive mode starts: `BEGIN`
-/// and the lock in one round trip. The mode is an advisory lock: held
+/// How a PostgreSQL write transaction in the exclusive mode starts: `BEGIN`,
+/// [`PG_KEYED_PLANS`] and the lock in one round trip. The mode is an advisory lock: held
 /// exclusively (this, and the migration) it is the one write turn SQLite
 /// has, for every instance on the database; the hot paths hold it shared
 /// ([`PG_BEGIN_ROWS`]) and run side by side. Its key is "hub_writ" in ASCII
 /// (0x6875_625f_7772_6974).
-const PG_BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(7527030514385054068)";
+const PG_BEGIN_WRITE: &str = keyed_plans!(
+    "BEGIN; ",
+    "SELECT pg_advisory_xact_lock(7527030514385054068)"
+);
 /// How a PostgreSQL write transaction in the row mode starts: the same lock,
 /// shared, and [`PG_KEYED_PLANS`]. Row-mode writers never wait for one
 /// another on it, only for an exclusive writer (and it for them).
-const PG_BEGIN_ROWS: &str = "BEGIN; SELECT set_config('enable_seqscan', 'off', true), \
-     set_config('jit', 'off', true); SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+const PG_BEGIN_ROWS: &str = keyed_plans!("BEGIN; ", shared_turn!());
 /// The row mode's lock alone, first statements of a transaction in one
 /// simple query ([`Store::write_rows_script`]), with [`PG_KEYED_PLANS`].
-const PG_ROWS_TURN: &str = "SELECT set_config('enable_seqscan', 'off', true), \
-     set_config('jit', 'off', true); SELECT pg_advisory_xact_lock_shared(7527030514385054068)";
+const PG_ROWS_TURN: &str = keyed_plans!("", shared_turn!());
 /// How many statements [`PG_ROWS_TURN`] is.
 const PG_ROWS_TURN_STATEMENTS: usize = 2;
-/// What row-mode writers plan with (set for the transaction in their first
-/// round trip): no table read whole where an index finds the rows, and no
+/// What write transactions plan with (set for the transaction in their
+/// first round trip): no table read whole where an index finds the rows, and no
 /// JIT compilation (a plan that must still scan a table it has no index
 /// for, a one-row table, is costed past the JIT's threshold: compiling it
 /// took 18 ms a run). Their statements

@@ -261,9 +261,7 @@ pub(super) async fn claim_in(
     lease_ms: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
-    // A claim is a batch too: a plan kept from when the outbox was small
-    // would read it whole.
-    let rows = batch::planned_per_batch(conn, claim_sql(backend))
+    let rows = sqlx::query(claim_sql(backend))
         .bind(now + lease_ms)
         .bind(now)
         .bind(limit)
