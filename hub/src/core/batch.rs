@@ -45,20 +45,59 @@ pub(super) trait BatchWrite: Send + 'static {
     ) -> impl Future<Output = Result<Vec<Self::Done>, CoreError>> + Send + 'a;
 }
 
-type Queued<W> = (
-    <W as BatchWrite>::Job,
-    oneshot::Sender<Result<<W as BatchWrite>::Done, CoreError>>,
-);
+/// A job and where its answer goes.
+type Asked<J, D> = (J, oneshot::Sender<Result<D, CoreError>>);
 
-/// The queue to one writer task, started on first use.
+/// The queue to one task that answers jobs in batches, started on first
+/// use (by `start`, given the receiving end).
+struct TaskQueue<J, D> {
+    queue: OnceLock<mpsc::Sender<Asked<J, D>>>,
+}
+
+impl<J, D> Default for TaskQueue<J, D> {
+    fn default() -> Self {
+        TaskQueue {
+            queue: OnceLock::new(),
+        }
+    }
+}
+
+impl<J, D> TaskQueue<J, D> {
+    /// Queues `job` and waits for its answer; `what` names the task in the
+    /// error if it stopped.
+    async fn ask(
+        &self,
+        job: J,
+        what: &str,
+        start: impl FnOnce(mpsc::Receiver<Asked<J, D>>),
+    ) -> Result<D, CoreError> {
+        let queue = self.queue.get_or_init(|| {
+            let (send, receive) = mpsc::channel(QUEUE);
+            start(receive);
+            send
+        });
+        let (done, result) = oneshot::channel();
+        queue
+            .send((job, done))
+            .await
+            .map_err(|_| stopped(what, "its task stopped"))?;
+        result
+            .await
+            .map_err(|_| stopped(what, "its task dropped one"))?
+    }
+}
+
+type Queued<W> = Asked<<W as BatchWrite>::Job, <W as BatchWrite>::Done>;
+
+/// The queue to one writer task.
 pub(super) struct Batcher<W: BatchWrite> {
-    queue: OnceLock<mpsc::Sender<Queued<W>>>,
+    queue: TaskQueue<W::Job, W::Done>,
 }
 
 impl<W: BatchWrite> Default for Batcher<W> {
     fn default() -> Self {
         Batcher {
-            queue: OnceLock::new(),
+            queue: TaskQueue::default(),
         }
     }
 }
@@ -66,19 +105,11 @@ impl<W: BatchWrite> Default for Batcher<W> {
 impl<W: BatchWrite> Batcher<W> {
     /// Queues `job` and waits until it is stored and committed.
     pub(super) async fn write(&self, store: &Store, job: W::Job) -> Result<W::Done, CoreError> {
-        let queue = self.queue.get_or_init(|| {
-            let (send, receive) = mpsc::channel(QUEUE);
-            tokio::spawn(run::<W>(store.clone(), receive));
-            send
-        });
-        let (done, result) = oneshot::channel();
-        queue
-            .send((job, done))
+        self.queue
+            .ask(job, W::WHAT, |receive| {
+                tokio::spawn(run::<W>(store.clone(), receive));
+            })
             .await
-            .map_err(|_| stopped(W::WHAT, "the writer stopped"))?;
-        result
-            .await
-            .map_err(|_| stopped(W::WHAT, "the writer dropped one"))?
     }
 }
 
@@ -101,22 +132,17 @@ pub(super) trait BatchRead: Send + 'static {
 /// Lookups at once: a slow one does not hold up the next batch.
 const READ_LANES: usize = 4;
 
-type Asked<R> = (
-    <R as BatchRead>::Key,
-    oneshot::Sender<Result<<R as BatchRead>::Found, CoreError>>,
-);
-
-/// The queue to one lookup task, started on first use: requests that ask
-/// at the same time share one query (and, on PostgreSQL, one connection's
-/// checkout, round trip and release) instead of one each.
+/// The queue to one lookup task: requests that ask at the same time share
+/// one query (and, on PostgreSQL, one connection's checkout, round trip
+/// and release) instead of one each.
 pub(super) struct ReadBatcher<R: BatchRead> {
-    queue: OnceLock<mpsc::Sender<Asked<R>>>,
+    queue: TaskQueue<R::Key, R::Found>,
 }
 
 impl<R: BatchRead> Default for ReadBatcher<R> {
     fn default() -> Self {
         ReadBatcher {
-            queue: OnceLock::new(),
+            queue: TaskQueue::default(),
         }
     }
 }
@@ -124,34 +150,17 @@ impl<R: BatchRead> Default for ReadBatcher<R> {
 impl<R: BatchRead> ReadBatcher<R> {
     /// What `key` finds, read with whatever else is asked meanwhile.
     pub(super) async fn read(&self, store: &Store, key: R::Key) -> Result<R::Found, CoreError> {
-        let queue = self.queue.get_or_init(|| {
-            let (send, receive) = mpsc::channel(QUEUE);
-            tokio::spawn(run_reads::<R>(store.clone(), receive));
-            send
-        });
-        let (done, result) = oneshot::channel();
-        queue
-            .send((key, done))
+        self.queue
+            .ask(key, R::WHAT, |receive| {
+                tokio::spawn(run_reads::<R>(store.clone(), receive));
+            })
             .await
-            .map_err(|_| stopped(R::WHAT, "the lookup task stopped"))?;
-        result
-            .await
-            .map_err(|_| stopped(R::WHAT, "the lookup task dropped one"))?
     }
 }
 
-async fn run_reads<R: BatchRead>(store: Store, mut queue: mpsc::Receiver<Asked<R>>) {
+async fn run_reads<R: BatchRead>(store: Store, mut queue: mpsc::Receiver<Asked<R::Key, R::Found>>) {
     let lanes = Arc::new(Semaphore::new(READ_LANES));
-    let mut waiting = Vec::with_capacity(R::MAX);
-    loop {
-        let Ok(lane) = lanes.clone().acquire_owned().await else {
-            return;
-        };
-        if queue.recv_many(&mut waiting, R::MAX).await == 0 {
-            return;
-        }
-        gather(&mut queue, &mut waiting, R::MAX).await;
-        let (keys, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
+    while let Some((lane, keys, dones)) = next_batch(&lanes, &mut queue, R::MAX).await {
         let store = store.clone();
         tokio::spawn(async move {
             match R::read(&store, &keys).await {
@@ -194,21 +203,35 @@ fn stopped(what: &str, why: &str) -> CoreError {
 
 async fn run<W: BatchWrite>(store: Store, mut queue: mpsc::Receiver<Queued<W>>) {
     let lanes = Arc::new(Semaphore::new(store.write_lanes()));
-    let mut waiting = Vec::with_capacity(W::MAX);
-    loop {
-        // A free lane first, then whatever waits: a batch grows while
-        // every lane is busy, not while one is free.
-        let Ok(lane) = lanes.clone().acquire_owned().await else {
-            return;
-        };
-        if queue.recv_many(&mut waiting, W::MAX).await == 0 {
-            return;
-        }
-        gather(&mut queue, &mut waiting, W::MAX).await;
-        let (jobs, dones): (Vec<_>, Vec<_>) = std::mem::take(&mut waiting).into_iter().unzip();
+    while let Some((lane, jobs, dones)) = next_batch(&lanes, &mut queue, W::MAX).await {
         let store = store.clone();
         tokio::spawn(async move { write_jobs::<W>(&store, jobs, dones, lane).await });
     }
+}
+
+/// A batch: the lane it holds, its jobs and where their answers go.
+type Batch<J, D> = (
+    OwnedSemaphorePermit,
+    Vec<J>,
+    Vec<oneshot::Sender<Result<D, CoreError>>>,
+);
+
+/// The next batch of up to `max` jobs, once a lane is free (`None` once the
+/// queue closed). A free lane first, then whatever waits: a batch grows
+/// while every lane is busy, not while one is free.
+async fn next_batch<J, D>(
+    lanes: &Arc<Semaphore>,
+    queue: &mut mpsc::Receiver<Asked<J, D>>,
+    max: usize,
+) -> Option<Batch<J, D>> {
+    let lane = lanes.clone().acquire_owned().await.ok()?;
+    let mut waiting = Vec::with_capacity(max);
+    if queue.recv_many(&mut waiting, max).await == 0 {
+        return None;
+    }
+    gather(queue, &mut waiting, max).await;
+    let (jobs, dones) = waiting.into_iter().unzip();
+    Some((lane, jobs, dones))
 }
 
 /// Most turns [`gather`] gives the runtime.
@@ -374,6 +397,56 @@ mod tests {
             }
             Ok(jobs.to_vec())
         }
+    }
+
+    /// Writes nothing; keeps the length of every batch it is given.
+    struct Sizes;
+
+    static SIZES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+    impl BatchWrite for Sizes {
+        type Job = usize;
+        type Done = usize;
+        const MAX: usize = 16;
+        const WHAT: &'static str = "sizes";
+
+        async fn write(_conn: &mut Conn, jobs: &mut [usize]) -> Result<Vec<usize>, CoreError> {
+            SIZES.lock().expect("sizes").push(jobs.len());
+            Ok(jobs.to_vec())
+        }
+    }
+
+    /// Requests whose tasks were ready together share one batch, also those
+    /// that queue their job a few turns of the runtime after the first
+    /// (as requests finishing their plugin calls do): the writer lets the
+    /// ready tasks run before it takes its batch.
+    /// (The multi-threaded runtime, as `hub serve` runs: its yield lets the
+    /// other ready tasks run first.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn jobs_of_tasks_ready_together_share_a_batch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, Durability::Normal).await.expect("store");
+        let batcher = Arc::new(Batcher::<Sizes>::default());
+        let mut tasks = JoinSet::new();
+        for job in 0..8 {
+            let (batcher, store) = (batcher.clone(), store.clone());
+            tasks.spawn(async move {
+                for _ in 0..job % 3 {
+                    tokio::task::yield_now().await;
+                }
+                batcher.write(&store, job).await
+            });
+        }
+        let mut written: Vec<usize> = tasks
+            .join_all()
+            .await
+            .into_iter()
+            .map(|r| r.expect("written"))
+            .collect();
+        written.sort_unstable();
+        assert_eq!(written, (0..8).collect::<Vec<_>>());
+        assert_eq!(*SIZES.lock().expect("sizes"), [8], "one batch of all eight");
     }
 
     /// On SQLite, the group commit's database: a bad job fails its batch,
