@@ -416,34 +416,29 @@ mod tests {
         }
     }
 
-    /// Requests whose tasks were ready together share one batch, also those
-    /// that queue their job a few turns of the runtime after the first
-    /// (as requests finishing their plugin calls do): the writer lets the
-    /// ready tasks run before it takes its batch.
-    /// (The multi-threaded runtime, as `hub serve` runs: its yield lets the
-    /// other ready tasks run first.)
+    /// Requests whose tasks are ready together share one batch: the writer
+    /// task, started by the first of them (and run before the others, as
+    /// the runtime runs a task just spawned), lets the ready tasks queue
+    /// their jobs before it takes its batch.
+    /// (The multi-threaded runtime, as `hub serve` runs; the tasks are
+    /// spawned from one of its tasks, so all are ready before any runs.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn jobs_of_tasks_ready_together_share_a_batch() {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("hub.db").display());
         let store = Store::open(&url, Durability::Normal).await.expect("store");
         let batcher = Arc::new(Batcher::<Sizes>::default());
-        let mut tasks = JoinSet::new();
-        for job in 0..8 {
-            let (batcher, store) = (batcher.clone(), store.clone());
-            tasks.spawn(async move {
-                for _ in 0..job % 3 {
-                    tokio::task::yield_now().await;
-                }
-                batcher.write(&store, job).await
-            });
-        }
-        let mut written: Vec<usize> = tasks
-            .join_all()
-            .await
-            .into_iter()
-            .map(|r| r.expect("written"))
-            .collect();
+        let written = tokio::spawn(async move {
+            let mut tasks = JoinSet::new();
+            for job in 0..8 {
+                let (batcher, store) = (batcher.clone(), store.clone());
+                tasks.spawn(async move { batcher.write(&store, job).await });
+            }
+            tasks.join_all().await
+        })
+        .await
+        .expect("the tasks");
+        let mut written: Vec<usize> = written.into_iter().map(|r| r.expect("written")).collect();
         written.sort_unstable();
         assert_eq!(written, (0..8).collect::<Vec<_>>());
         assert_eq!(*SIZES.lock().expect("sizes"), [8], "one batch of all eight");
