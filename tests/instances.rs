@@ -14,9 +14,13 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A second instance on the database of `first`.
 async fn beside(first: &TestHub) -> TestHub {
+    beside_with(first, HubOptions::default()).await
+}
+
+/// [`beside`] with `options`.
+async fn beside_with(first: &TestHub, options: HubOptions) -> TestHub {
     let url = storage_url(first.dir.path());
-    let mut second =
-        TestHub::start_with_config(HubOptions::default(), move |c| c.storage.url = url).await;
+    let mut second = TestHub::start_with_config(options, move |c| c.storage.url = url).await;
     // The database outlives whichever instance ends first.
     second.databases.extend(first.databases.iter().cloned());
     second
@@ -82,6 +86,38 @@ async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_deliv
         || async { (status().await.trim() == "1").then_some(()) },
     )
     .await;
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// An instance that found itself alone relays nothing (its heartbeat saw
+/// no other); one started beside it later says hello as it starts
+/// listening, and hears the first one's updates at once, not only after
+/// the first one's next heartbeat (3 s here, after the message).
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
+#[tokio::test]
+async fn an_instance_started_beside_one_that_was_alone_hears_its_updates_at_once() {
+    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
+    let integrator = Integrator::start().await;
+    let options = || HubOptions {
+        extra_toml: "heartbeat_ms = 3000\ntakeover_ms = 10000\n".into(),
+        ..HubOptions::default()
+    };
+    let a = TestHub::start_with_config(options(), |_| {}).await;
+    let ann = a.create_agent("Ann", "ann@example.com").await;
+    let ch = a
+        .create_channel("web", &integrator.url, false, &["ann@example.com"])
+        .await;
+    // A's first heartbeat finds no other instance.
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    let b = beside_with(&a, options()).await;
+    let mut stream = via(&ann, &b).stream().await;
+    a.say(&ch, json!("c-1"), "posted to A").await;
+    let data = stream.expect("chat.message", WAIT).await;
+    assert_eq!(
+        data["data"]["message"]["body"]["text"], "posted to A",
+        "{data}"
+    );
     b.shutdown().await;
     a.shutdown().await;
 }

@@ -394,6 +394,7 @@ pub async fn start_on_clock(
                 every: Duration::from_millis(app.config.delivery.heartbeat_ms),
                 takeover: Duration::from_millis(app.config.delivery.takeover_ms),
             },
+            app.conversations.live().others(),
             clock.clone(),
             shutdown.clone(),
         ));

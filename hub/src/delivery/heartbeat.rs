@@ -4,6 +4,8 @@
 //! wait seconds, not `lease_ms`. (A restarted instance takes back its own
 //! leases at start: `Store::register_instance`.)
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -22,10 +24,13 @@ pub struct Heartbeat {
 
 /// Beats until `shutdown` (`Running::shutdown` then forgets this instance,
 /// once the deliverer has given its leases back).
+/// `others` is set at each beat to whether another instance beat within
+/// the takeover window (the live relay sends only then).
 pub async fn run(
     store: Store,
     kick: Kick,
     beat: Heartbeat,
+    others: Arc<AtomicBool>,
     clock: Clock,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -59,6 +64,14 @@ pub async fn run(
                 beating_since = None;
                 continue;
             }
+        }
+        let window = i64::try_from(beat.takeover.as_millis()).unwrap_or(i64::MAX);
+        match store
+            .others_alive(clock.now_ms().saturating_sub(window))
+            .await
+        {
+            Ok(alive) => others.store(alive, Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "cannot read the other instances"),
         }
         if beating_since
             .is_some_and(|since| clock.now().saturating_duration_since(since) >= beat.takeover)

@@ -113,6 +113,19 @@ impl Store {
         Ok(Beat::Reclaimed)
     }
 
+    /// Whether another instance beat at or after `since`.
+    pub async fn others_alive(&self, since: i64) -> Result<bool, StoreError> {
+        let (alive,): (bool,) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM instances WHERE id <> $1 AND heartbeat_at >= $2)",
+        )
+        .bind(&self.identity().id)
+        .bind(since)
+        .fetch_one(self.pool())
+        .await
+        .ctx("reading the other instances")?;
+        Ok(alive)
+    }
+
     /// Takes over the leases of every other instance whose heartbeat is
     /// older than `dead_before`, and forgets those instances. Cheap when
     /// nobody died: one read of the (small) instances table.
