@@ -244,8 +244,8 @@ const GATHER_TURNS: usize = 8;
 /// in the runtime's run queue behind this task. Taking them too halves the
 /// batches' number under load, and a batch costs mostly the same whatever
 /// its length (round trips, begin and commit; on PostgreSQL, statements'
-/// start). Measured with the channel bench on PostgreSQL (`BENCH_AB`): 1.3×
-/// ingress with `redact`, 1.26× deliveries, 0.75× hub CPU per message.
+/// start). Measured with the channel bench on PostgreSQL (`BENCH_AB`):
+/// 1.22× ingress with `redact`, 1.27× deliveries, 0.81× hub CPU per message.
 /// When a turn brings nothing the load is light and the batch goes at once.
 async fn gather<T>(queue: &mut mpsc::Receiver<T>, waiting: &mut Vec<T>, max: usize) {
     for _ in 0..GATHER_TURNS {

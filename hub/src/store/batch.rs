@@ -187,13 +187,15 @@ async fn collect(
 /// it keeps, part one: each of `plans` (what, statement, its arguments
 /// written in) is prepared as `p<i>` on `conn`, which has `plan_cache_mode
 /// = force_generic_plan` set (the plan a prepared statement runs after five
-/// executions), and run once through `EXPLAIN`, which makes the plan the
-/// connection keeps from then on, for the tables as they are now.
+/// executions), and run once through `EXPLAIN` in a transaction with the
+/// write transactions' settings (`PG_KEYED_PLANS`), which makes the plan
+/// the connection keeps from then on, for the tables as they are now.
 #[cfg(test)]
 pub(crate) async fn prepare_plans(conn: &mut sqlx::PgConnection, plans: &[(&str, String, String)]) {
     for (i, (what, sql, args)) in plans.iter().enumerate() {
         sqlx::raw_sql(&format!(
-            "PREPARE p{i} AS {sql}; EXPLAIN EXECUTE p{i}({args})"
+            "BEGIN; {}; PREPARE p{i} AS {sql}; EXPLAIN EXECUTE p{i}({args}); COMMIT",
+            super::PG_KEYED_PLANS
         ))
         .fetch_all(&mut *conn)
         .await

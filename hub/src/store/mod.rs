@@ -329,15 +329,11 @@ impl WriteTx<'_> {
     }
 }
 
-/// `$before`, [`PG_KEYED_PLANS`]' settings for the transaction as one
-/// statement, then `$after`: the first round trip of a write transaction.
+/// [`PG_KEYED_PLANS`] as a literal, for the statements that begin a write
+/// transaction.
 macro_rules! keyed_plans {
-    ($before:expr, $after:expr) => {
-        concat!(
-            $before,
-            "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true); ",
-            $after
-        )
+    () => {
+        "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
     };
 }
 
@@ -358,31 +354,33 @@ const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// has, for every instance on the database; the hot paths hold it shared
 /// ([`PG_BEGIN_ROWS`]) and run side by side. Its key is "hub_writ" in ASCII
 /// (0x6875_625f_7772_6974).
-const PG_BEGIN_WRITE: &str = keyed_plans!(
+const PG_BEGIN_WRITE: &str = concat!(
     "BEGIN; ",
-    "SELECT pg_advisory_xact_lock(7527030514385054068)"
+    keyed_plans!(),
+    "; SELECT pg_advisory_xact_lock(7527030514385054068)"
 );
 /// How a PostgreSQL write transaction in the row mode starts: the same lock,
 /// shared, and [`PG_KEYED_PLANS`]. Row-mode writers never wait for one
 /// another on it, only for an exclusive writer (and it for them).
-const PG_BEGIN_ROWS: &str = keyed_plans!("BEGIN; ", shared_turn!());
+const PG_BEGIN_ROWS: &str = concat!("BEGIN; ", keyed_plans!(), "; ", shared_turn!());
 /// The row mode's lock alone, first statements of a transaction in one
 /// simple query ([`Store::write_rows_script`]), with [`PG_KEYED_PLANS`].
-const PG_ROWS_TURN: &str = keyed_plans!("", shared_turn!());
+const PG_ROWS_TURN: &str = concat!(keyed_plans!(), "; ", shared_turn!());
 /// How many statements [`PG_ROWS_TURN`] is.
 const PG_ROWS_TURN_STATEMENTS: usize = 2;
-/// What write transactions plan with (set for the transaction in their
-/// first round trip): no table read whole where an index finds the rows, and no
-/// JIT compilation (a plan that must still scan a table it has no index
-/// for, a one-row table, is costed past the JIT's threshold: compiling it
-/// took 18 ms a run). Their statements
-/// read and write a batch's rows by key; their plans are made once per
-/// connection and kept (a batch planned anew costs more planning than
-/// execution), and a plan made while a table was small and analyzed as
-/// such (a new database) would otherwise go on scanning it whole as it
-/// grows (a sudden backlog) until autovacuum analyzes it again.
+/// What write transactions plan with, set for the transaction in their
+/// first round trip: no table read whole where an index finds the rows,
+/// and no JIT compilation (a plan that must still scan a table it has no
+/// index for, a one-row table, is costed past the JIT's threshold:
+/// compiling it took 18 ms a run). Their statements read and write a
+/// batch's rows by key; their plans are made once per connection and kept
+/// (a batch planned anew costs more planning than execution), and a plan
+/// made while a table was small and analyzed as such (a new database)
+/// would otherwise go on scanning it whole as it grows (a sudden backlog)
+/// until autovacuum analyzes it again. (The statements that begin a write
+/// transaction take it as `keyed_plans!`; tests plan under it.)
 #[cfg(test)]
-pub(crate) const PG_KEYED_PLANS: &str = "SET enable_seqscan = off; SET jit = off";
+pub(crate) const PG_KEYED_PLANS: &str = keyed_plans!();
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies pending

@@ -315,9 +315,6 @@ mod tests {
         }
     }
 
-    /// Rows of one chat written in one batch go out one at a time, in
-    /// order: only the first is its key's head, also behind a row that
-    /// an earlier batch queued.
     /// On PostgreSQL an agent-message batch, the chats it reads and the
     /// delivery results after it find their rows by key whatever plan the
     /// server keeps (these statements are prepared once and their plans
@@ -353,9 +350,8 @@ mod tests {
         };
         sqlx::raw_sql(&format!(
             "{}; ANALYZE clients; ANALYZE chats; ANALYZE messages; ANALYZE outbox; \
-             SET plan_cache_mode = force_generic_plan; {}",
-            fill(1, 3),
-            crate::store::PG_KEYED_PLANS
+             SET plan_cache_mode = force_generic_plan",
+            fill(1, 3)
         ))
         .execute(&mut conn)
         .await
@@ -411,6 +407,9 @@ mod tests {
         .await;
     }
 
+    /// Rows of one chat written in one batch go out one at a time, in
+    /// order: only the first is its key's head, also behind a row that
+    /// an earlier batch queued.
     #[tokio::test]
     async fn a_batchs_rows_of_one_chat_wait_for_each_other() {
         let dir = tempfile::tempdir().expect("temp dir");
