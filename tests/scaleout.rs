@@ -63,21 +63,12 @@ async fn two_instances_writing_the_same_senders_at_once_keep_chats_numbers_order
     let (config, url) = two_instances(dir.path());
     let a = spawn(&config).await;
     let b = spawn(&config).await;
-    let agent = crate::support::admin_create(
+    let (token, on_a) = ann_and_channel(
         &a.base,
-        "agents",
-        json!({ "name": "Ann", "email": "ann@example.com" }),
-    )
-    .await;
-    let token = agent["token"].as_str().expect("token").to_owned();
-    let ch = crate::support::admin_create(
-        &a.base,
-        "channels",
         json!({ "name": "web", "customer_endpoint": integrator.url,
                 "agents": ["ann@example.com"], "webhook_url": receiver.url }),
     )
     .await;
-    let on_a = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
     let on_b = on_a.replacen(&a.base, &b.base, 1);
     let http = reqwest::Client::new();
 
@@ -391,21 +382,12 @@ async fn a_chat_closed_on_one_instance_is_not_shown_to_the_other_instances_plugi
     let url = storage_of(&config);
     let a = spawn(&config).await;
     let b = spawn(&config).await;
-    let agent = crate::support::admin_create(
+    let (token, on_a) = ann_and_channel(
         &a.base,
-        "agents",
-        json!({ "name": "Ann", "email": "ann@example.com" }),
-    )
-    .await;
-    let token = agent["token"].as_str().expect("token").to_owned();
-    let ch = crate::support::admin_create(
-        &a.base,
-        "channels",
         json!({ "name": "web", "customer_endpoint": integrator.url,
                 "agents": ["ann@example.com"] }),
     )
     .await;
-    let on_a = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
     let http = reqwest::Client::new();
     let say = |text: &'static str| {
         let (http, on_a) = (http.clone(), on_a.clone());
@@ -455,4 +437,19 @@ async fn a_chat_closed_on_one_instance_is_not_shown_to_the_other_instances_plugi
         "A still showed its plugin the chat B closed"
     );
     drop((a, b));
+}
+
+/// Agent Ann and the channel `channel` (an admin API body) made through
+/// `base`: Ann's token and the channel's endpoint URL.
+async fn ann_and_channel(base: &str, channel: serde_json::Value) -> (String, String) {
+    let agent = crate::support::admin_create(
+        base,
+        "agents",
+        json!({ "name": "Ann", "email": "ann@example.com" }),
+    )
+    .await;
+    let token = agent["token"].as_str().expect("token").to_owned();
+    let ch = crate::support::admin_create(base, "channels", channel).await;
+    let endpoint = ch["endpoint_url"].as_str().expect("endpoint").to_owned();
+    (token, endpoint)
 }
