@@ -472,9 +472,16 @@ async fn admin_sql(server: &str, sql: &str) {
 /// with the same channel), `conns` connections in all: one run over all.
 async fn spread_load(addrs: &[SocketAddr], path: &str, conns: usize, duration: Duration) -> Run {
     let n = addrs.len();
+    // One count of messages over every hub, as a load balancer spreads one
+    // stream of customers: sender `i`'s next message is `BENCH_SENDERS`
+    // messages later, wherever it lands. (A count per hub sent the same
+    // senders to every hub in lockstep, each batch waiting for the other
+    // hubs' batches of the same senders: a collision on every message.)
+    let next = Arc::new(AtomicUsize::new(0));
     let runs = futures_util::future::join_all(addrs.iter().enumerate().map(|(i, &addr)| {
         let share = conns / n + usize::from(i < conns % n);
-        load(addr, path, share, duration, &customer_message, None)
+        let body = &customer_message;
+        load_counted(addr, path, share, duration, body, None, next.clone())
     }))
     .await;
     Run::merge(runs)
@@ -1117,6 +1124,20 @@ async fn load(
     rate: Option<f64>,
 ) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
+    load_counted(addr, path, conns, duration, body, rate, next).await
+}
+
+/// [`load`] taking request `i`'s body from `next`, a count it may share
+/// with loads of other hubs.
+async fn load_counted(
+    addr: SocketAddr,
+    path: &str,
+    conns: usize,
+    duration: Duration,
+    body: &(dyn Fn(usize) -> Bytes + Sync),
+    rate: Option<f64>,
+    next: Arc<AtomicUsize>,
+) -> Run {
     let bodies: Arc<Vec<Bytes>> = Arc::new((0..4096).map(body).collect());
     let start = Instant::now();
     let deadline = start + duration;
