@@ -179,6 +179,7 @@ impl Deliverer {
             while let Some(done) = inflight.try_join_next_with_id() {
                 rows.remove(&task_id(&done));
             }
+            settle_finishing(&mut inflight, &mut rows).await;
         }
         // In real time: the grace is the operator's wait for a stop, and a
         // test's held clock must not hold up its hub's shutdown.
@@ -476,6 +477,34 @@ fn signature_headers(
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// Most turns [`settle_finishing`] gives the runtime.
+const SETTLE_TURNS: usize = 8;
+
+/// Lets attempts that are finishing too (their results committed in the
+/// same batch, their tasks woken but not yet run) end before the next
+/// claim, while each turn of the runtime ends more of them.
+///
+/// Why: every claim is a write transaction, and one per attempt that ends
+/// claims the next rows a few at a time. Measured with the channel bench
+/// on PostgreSQL (`BENCH_AB`): 1.05× deliveries; SQLite unchanged. A turn
+/// that ends nothing stops it: a lightly loaded hub pays one yield.
+async fn settle_finishing(inflight: &mut JoinSet<()>, rows: &mut HashMap<tokio::task::Id, String>) {
+    if inflight.is_empty() {
+        return;
+    }
+    for _ in 0..SETTLE_TURNS {
+        tokio::task::yield_now().await;
+        let mut ended = false;
+        while let Some(done) = inflight.try_join_next_with_id() {
+            rows.remove(&task_id(&done));
+            ended = true;
+        }
+        if !ended {
+            break;
+        }
+    }
 }
 
 fn task_id(done: &Result<(tokio::task::Id, ()), tokio::task::JoinError>) -> tokio::task::Id {
