@@ -182,6 +182,9 @@ impl Running {
         if let Err(e) = self.reminders.await {
             tracing::error!(error = %e, "task reminder scheduler failed");
         }
+        // The recorder writes after a short wait: what it holds goes now,
+        // while the database is open.
+        self.conversations.pipeline.flush_records().await;
         if self.store.backend() == crate::store::Backend::Postgres
             && let Err(e) = self.store.deregister_instance().await
         {

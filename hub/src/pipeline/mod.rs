@@ -142,6 +142,12 @@ impl Pipeline {
         }
     }
 
+    /// Waits until the plugin outcomes recorded so far are written: before
+    /// the database closes.
+    pub async fn flush_records(&self) {
+        self.recorder.flush().await;
+    }
+
     /// Drops cached context, after a change this process made.
     pub fn forget_context(&self) {
         self.online

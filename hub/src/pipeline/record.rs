@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::runtime::ErrorKind;
 use crate::store::Store;
@@ -47,11 +47,18 @@ struct Record {
     inbound: Option<String>,
 }
 
+/// What the recorder's queue carries: records, and a wait for every record
+/// queued before it to be written (the hub stopping).
+enum Item {
+    Record(Record),
+    Flush(oneshot::Sender<()>),
+}
+
 pub struct Recorder {
     store: Store,
     /// Kept inbound payloads' age limit; `None` keeps none.
     keep_inbound: OnceLock<Option<Duration>>,
-    queue: OnceLock<mpsc::Sender<Record>>,
+    queue: OnceLock<mpsc::Sender<Item>>,
 }
 
 impl Recorder {
@@ -84,25 +91,45 @@ impl Recorder {
             tx
         });
         if queue
-            .try_send(Record {
+            .try_send(Item::Record(Record {
                 event_id,
                 calls,
                 inbound,
-            })
+            }))
             .is_err()
         {
             tracing::warn!("plugin outcomes not recorded: the recorder is behind");
         }
     }
+
+    /// Waits until every record queued so far is written: the hub calls it
+    /// as it stops, before it closes the database.
+    pub async fn flush(&self) {
+        let Some(queue) = self.queue.get() else {
+            return;
+        };
+        let (done, written) = oneshot::channel();
+        if queue.send(Item::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
 }
 
-async fn write_loop(store: Store, mut rx: mpsc::Receiver<Record>, keep: Option<Duration>) {
+async fn write_loop(store: Store, mut rx: mpsc::Receiver<Item>, keep: Option<Duration>) {
     let mut pruned_at: Option<std::time::Instant> = None;
     let mut batch = Vec::new();
     while gather(&mut rx, &mut batch).await > 0 {
         let mut rows = Vec::new();
         let mut inbound = Vec::new();
-        for r in batch.drain(..) {
+        let mut flushes = Vec::new();
+        for item in batch.drain(..) {
+            let r = match item {
+                Item::Record(r) => r,
+                Item::Flush(done) => {
+                    flushes.push(done);
+                    continue;
+                }
+            };
             for (i, c) in r.calls.iter().enumerate() {
                 rows.push(OutcomeRow {
                     event_id: r.event_id.clone(),
@@ -119,8 +146,13 @@ async fn write_loop(store: Store, mut rx: mpsc::Receiver<Record>, keep: Option<D
             }
         }
         let now = crate::clock::now_ms();
-        if let Err(e) = store.record_outcomes(&rows, &inbound, now).await {
+        if (!rows.is_empty() || !inbound.is_empty())
+            && let Err(e) = store.record_outcomes(&rows, &inbound, now).await
+        {
             tracing::warn!(error = %e, "plugin outcomes not recorded");
+        }
+        for done in flushes {
+            let _ = done.send(());
         }
         // Without keeping (or after it was turned off), what is left goes.
         if pruned_at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
@@ -136,14 +168,16 @@ async fn write_loop(store: Store, mut rx: mpsc::Receiver<Record>, keep: Option<D
     }
 }
 
-/// Waits for records, then for [`LINGER`] more or until [`MAX_WRITE`] are
-/// in `batch`; how many it holds (0: the queue closed and nothing is left).
-async fn gather(rx: &mut mpsc::Receiver<Record>, batch: &mut Vec<Record>) -> usize {
+/// Waits for records, then for [`LINGER`] more, until [`MAX_WRITE`] are in
+/// `batch` or a flush asks for them; how many items it holds (0: the queue
+/// closed and nothing is left).
+async fn gather(rx: &mut mpsc::Receiver<Item>, batch: &mut Vec<Item>) -> usize {
     if rx.recv_many(batch, MAX_WRITE).await == 0 {
         return 0;
     }
     let until = tokio::time::Instant::now() + LINGER;
-    while batch.len() < MAX_WRITE {
+    let flushing = |batch: &[Item]| batch.iter().any(|i| matches!(i, Item::Flush(_)));
+    while batch.len() < MAX_WRITE && !flushing(batch) {
         let room = MAX_WRITE - batch.len();
         match tokio::time::timeout_at(until, rx.recv_many(batch, room)).await {
             Ok(n) if n > 0 => {}
@@ -158,11 +192,18 @@ async fn gather(rx: &mut mpsc::Receiver<Record>, batch: &mut Vec<Record>) -> usi
 mod tests {
     use super::*;
 
-    fn record(id: &str) -> Record {
-        Record {
+    fn record(id: &str) -> Item {
+        Item::Record(Record {
             event_id: id.to_owned(),
             calls: Vec::new(),
             inbound: None,
+        })
+    }
+
+    fn id(item: &Item) -> &str {
+        match item {
+            Item::Record(r) => &r.event_id,
+            Item::Flush(_) => "flush",
         }
     }
 
@@ -177,12 +218,36 @@ mod tests {
         tokio::spawn(async move { later.send(record("b")).await.expect("send") });
         let mut batch = Vec::new();
         assert_eq!(gather(&mut rx, &mut batch).await, 2, "a and b together");
-        assert_eq!(batch[1].event_id, "b");
+        assert_eq!(id(&batch[1]), "b");
         batch.clear();
         tx.send(record("c")).await.expect("send");
         drop(tx);
         assert_eq!(gather(&mut rx, &mut batch).await, 1, "c, the queue closed");
         batch.clear();
         assert_eq!(gather(&mut rx, &mut batch).await, 0, "nothing left");
+    }
+
+    /// What was recorded before a flush is in the database when the flush
+    /// returns (the hub stopping loses none), without the linger's wait.
+    #[tokio::test]
+    async fn what_was_recorded_before_a_flush_is_stored_when_it_returns() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = Store::open(&url, crate::store::Durability::Normal)
+            .await
+            .expect("store");
+        let recorder = Recorder::new(store.clone());
+        let call = Call {
+            plugin: "redact".into(),
+            verdict: "changed",
+            payload_hash: Some("ab".into()),
+            forwards: 0,
+            error_kind: None,
+        };
+        recorder.record("e1".into(), vec![call], None);
+        recorder.flush().await;
+        let rows = store.outcomes_of("e1").await.expect("outcomes");
+        assert_eq!(rows.len(), 1, "recorded before the flush returned");
+        assert_eq!(rows[0].verdict, "changed");
     }
 }

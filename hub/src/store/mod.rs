@@ -838,6 +838,27 @@ mod tests {
         );
     }
 
+    /// A write begun on a closed store fails at once instead of opening a
+    /// transaction no flusher will commit: the database stays writable by
+    /// whoever opens it next (the next start of the hub, its CLI).
+    #[tokio::test]
+    async fn a_closed_store_begins_no_write_and_leaves_the_file_writable() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let old = Store::open(&url, Durability::Normal).await.expect("store");
+        old.close().await;
+        assert!(old.begin_write().await.is_err(), "a write after close");
+        let next = Store::open(&url, Durability::Normal)
+            .await
+            .expect("reopened");
+        let mut w = next.begin_write().await.expect("write");
+        sqlx::query("INSERT INTO settings (key, value) VALUES ('k', 'v')")
+            .execute(&mut *w.tx)
+            .await
+            .expect("insert");
+        w.commit().await.expect("commit");
+    }
+
     #[tokio::test]
     async fn a_refused_postgresql_connection_names_the_database_host_and_port() {
         // A port nobody listens on: bound, then released.

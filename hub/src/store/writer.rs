@@ -152,6 +152,11 @@ impl Group {
     /// its own.
     pub(super) async fn begin(&self) -> Result<SharedTx<'_>, StoreError> {
         let mut writer = self.writer.lock().await;
+        // After `close` no flusher commits: a transaction opened now would
+        // hold the database's write lock until the process exits.
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Commit("the database was closed".into()));
+        }
         writer.settle().await?;
         if writer.in_tx {
             writer
