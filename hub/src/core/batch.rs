@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
 use crate::store::locks::RowLocks;
-use crate::store::{Conn, Store, StoreError};
+use crate::store::{Conn, FirstRead, FirstRows, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -37,11 +37,20 @@ pub(super) trait BatchWrite: Send + 'static {
         RowLocks::default()
     }
 
+    /// PostgreSQL: the read `write` starts with, sent in the round trip
+    /// that begins the transaction (`Store::begin_row_write_reading`).
+    fn first_read(_jobs: &[Self::Job]) -> Result<Option<FirstRead>, StoreError> {
+        Ok(None)
+    }
+
     /// Writes `jobs` in order in the caller's transaction, begun with their
-    /// [`locks`](BatchWrite::locks) held; one result per job.
+    /// [`locks`](BatchWrite::locks) held and `first` what their
+    /// [`first_read`](BatchWrite::first_read) read then (`None` when it was
+    /// not sent: SQLite); one result per job.
     fn write<'a>(
         conn: &'a mut Conn,
         jobs: &'a mut [Self::Job],
+        first: Option<FirstRows>,
     ) -> impl Future<Output = Result<Vec<Self::Done>, CoreError>> + Send + 'a;
 }
 
@@ -305,8 +314,12 @@ async fn write_batch<W: BatchWrite>(
     store: &Store,
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, CoreError> {
-    let mut w = store.begin_row_write_locking(&W::locks(jobs)).await?;
-    let results = W::write(&mut w.tx, jobs).await?;
+    let read = match store.backend() {
+        crate::store::Backend::Postgres => W::first_read(jobs)?,
+        crate::store::Backend::Sqlite => None,
+    };
+    let (mut w, first) = store.begin_row_write_reading(&W::locks(jobs), read).await?;
+    let results = W::write(&mut w.tx, jobs, first).await?;
     Ok((results, w.into_commit()))
 }
 
@@ -364,9 +377,13 @@ mod tests {
         const MAX: usize = 16;
         const WHAT: &'static str = "probes";
 
-        async fn write(conn: &mut Conn, jobs: &mut [i64]) -> Result<Vec<i64>, CoreError> {
+        async fn write(
+            conn: &mut Conn,
+            jobs: &mut [i64],
+            _: Option<FirstRows>,
+        ) -> Result<Vec<i64>, CoreError> {
             for job in jobs.iter() {
-                crate::store::outgoing::chats_by_ids(conn, &[*job]).await?;
+                crate::store::outgoing::chats_by_ids(conn, &[*job], None).await?;
             }
             Ok(jobs.to_vec())
         }
@@ -385,7 +402,11 @@ mod tests {
         const MAX: usize = 16;
         const WHAT: &'static str = "keys";
 
-        async fn write(conn: &mut Conn, jobs: &mut [i64]) -> Result<Vec<i64>, CoreError> {
+        async fn write(
+            conn: &mut Conn,
+            jobs: &mut [i64],
+            _: Option<FirstRows>,
+        ) -> Result<Vec<i64>, CoreError> {
             KEY_BATCHES.lock().expect("batches").push(jobs.to_vec());
             for &job in jobs.iter() {
                 let key = format!("k{}", job.abs());
@@ -410,7 +431,11 @@ mod tests {
         const MAX: usize = 16;
         const WHAT: &'static str = "sizes";
 
-        async fn write(_conn: &mut Conn, jobs: &mut [usize]) -> Result<Vec<usize>, CoreError> {
+        async fn write(
+            _conn: &mut Conn,
+            jobs: &mut [usize],
+            _: Option<FirstRows>,
+        ) -> Result<Vec<usize>, CoreError> {
             SIZES.lock().expect("sizes").push(jobs.len());
             Ok(jobs.to_vec())
         }

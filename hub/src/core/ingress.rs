@@ -11,9 +11,11 @@ use crate::core::error::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
-use crate::store::Conn;
-use crate::store::ingress::{CustomerWrite, CustomerWritten, MAX_BATCH, write_customer_messages};
+use crate::store::ingress::{
+    CustomerWrite, CustomerWritten, MAX_BATCH, known_read, write_customer_messages,
+};
 use crate::store::locks::RowLocks;
+use crate::store::{Conn, FirstRead, FirstRows, StoreError};
 
 /// A stored customer message, as its request learns it.
 #[derive(Debug)]
@@ -53,9 +55,18 @@ impl BatchWrite for Ingress {
         }
     }
 
-    async fn write(conn: &mut Conn, jobs: &mut [Job]) -> Result<Vec<Written>, CoreError> {
+    fn first_read(jobs: &[Job]) -> Result<Option<FirstRead>, StoreError> {
         let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();
-        let written = write_customer_messages(conn, &writes).await?;
+        known_read(&writes)
+    }
+
+    async fn write(
+        conn: &mut Conn,
+        jobs: &mut [Job],
+        first: Option<FirstRows>,
+    ) -> Result<Vec<Written>, CoreError> {
+        let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();
+        let written = write_customer_messages(conn, &writes, first).await?;
         let mut results = Vec::with_capacity(jobs.len());
         for (job, written) in jobs.iter_mut().zip(written) {
             let chat_id = written.chat.as_ref().map(|c| c.id);

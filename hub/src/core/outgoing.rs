@@ -18,8 +18,10 @@ use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::chats::set_chat_state;
 use crate::store::locks::RowLocks;
-use crate::store::outgoing::{MAX_OUTGOING, OutgoingWrite, chats_by_ids, write_outgoing};
-use crate::store::{Chat, ChatState, Conn};
+use crate::store::outgoing::{
+    MAX_OUTGOING, OutgoingWrite, chats_by_ids, chats_read, write_outgoing,
+};
+use crate::store::{Chat, ChatState, Conn, FirstRead, FirstRows, StoreError};
 
 /// A message on its way to the database, with its plugins' effects.
 pub(super) struct Job {
@@ -63,9 +65,18 @@ impl BatchWrite for Outgoing {
         }
     }
 
-    async fn write(conn: &mut Conn, jobs: &mut [Job]) -> Result<Vec<Self::Done>, CoreError> {
+    fn first_read(jobs: &[Job]) -> Result<Option<FirstRead>, StoreError> {
         let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
-        let mut chats: HashMap<i64, Chat> = chats_by_ids(conn, &ids).await?;
+        chats_read(&ids)
+    }
+
+    async fn write(
+        conn: &mut Conn,
+        jobs: &mut [Job],
+        first: Option<FirstRows>,
+    ) -> Result<Vec<Self::Done>, CoreError> {
+        let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
+        let mut chats: HashMap<i64, Chat> = chats_by_ids(conn, &ids, first).await?;
         let mut decided = Vec::with_capacity(jobs.len());
         for job in jobs.iter() {
             let now = job.write.now;

@@ -10,7 +10,7 @@ use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish_many};
-use crate::store::{Conn, StoreError};
+use crate::store::{Conn, FirstRows, StoreError};
 
 /// A final result on its way to the database, with its plugins' effects.
 pub(super) struct ResultJob {
@@ -37,7 +37,11 @@ impl BatchWrite for Results {
         }
     }
 
-    async fn write(conn: &mut Conn, jobs: &mut [ResultJob]) -> Result<Vec<()>, CoreError> {
+    async fn write(
+        conn: &mut Conn,
+        jobs: &mut [ResultJob],
+        _: Option<FirstRows>,
+    ) -> Result<Vec<()>, CoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
         finish_many(conn, &rows).await?;
         for job in jobs.iter() {

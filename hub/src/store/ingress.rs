@@ -17,9 +17,14 @@ use plugin_api::channel::CustomerSender;
 use serde_json::{Value, json};
 use sqlx::{AnyConnection, Row};
 
-use super::batch::{Query, Scripts, json_cell, pad_slots, run, run_script, slots_for, values};
+use super::batch::{
+    Literal, Query, Scripts, json_cell, pad_slots, run, run_script, slots_for, values,
+};
 use super::chats::CLIENT_MERGE;
-use super::{Author, Chat, ChatState, Client, Ctx, MessageRow, StoreError, is_postgres};
+use super::prepared;
+use super::{
+    Author, Chat, ChatState, Client, Ctx, FirstRead, FirstRows, MessageRow, StoreError, is_postgres,
+};
 use crate::event::Event;
 
 /// What failures of this module's statements say.
@@ -70,15 +75,19 @@ const BATCH_CLIENT: &str =
 /// ([`Store::begin_row_write_locking`]): the snapshot must not change under
 /// the plan.
 ///
+/// `known`: what [`known_read`] read as the transaction began, if it was
+/// sent then (else it is read here).
+///
 /// [`Store::begin_row_write_locking`]: super::Store::begin_row_write_locking
 pub async fn write_customer_messages(
     conn: &mut AnyConnection,
     items: &[&CustomerWrite],
+    known: Option<FirstRows>,
 ) -> Result<Vec<CustomerWritten>, StoreError> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let known = known_clients(conn, items).await?;
+    let known = known_clients(conn, items, known).await?;
     let plan = Plan::new(items, known);
     let results = if is_postgres(conn) {
         write_postgres(conn, items, &plan).await?
@@ -208,17 +217,43 @@ fn profile_of(sender: &CustomerSender) -> Profile {
     ]
 }
 
-/// First round trip: the batch's existing clients and the visitor sequence.
-async fn known_clients(
-    conn: &mut AnyConnection,
-    items: &[&CustomerWrite],
-) -> Result<(HashMap<(i64, String), Known>, i64), StoreError> {
+/// The batch's keys, the known clients' statement's `$1`.
+fn keys_of(items: &[&CustomerWrite]) -> String {
     let keys: Vec<Value> = items
         .iter()
         .map(|i| json!({ "ch": i.channel_id, "k": i.sender.id.as_key() }))
         .collect();
-    let sql = known_sql(is_postgres(conn));
-    let statements = run_script(conn, sql, Value::Array(keys).to_string(), WHAT).await?;
+    Value::Array(keys).to_string()
+}
+
+/// PostgreSQL: the known clients' read, sent with the begin of the batch's
+/// transaction ([`Store::begin_row_write_reading`]); its rows go to
+/// [`write_customer_messages`].
+///
+/// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
+pub fn known_read(items: &[&CustomerWrite]) -> Result<Option<FirstRead>, StoreError> {
+    if items.is_empty() {
+        return Ok(None);
+    }
+    prepared::KNOWN_CLIENTS
+        .read(&[Literal::Text(&keys_of(items))])
+        .map(Some)
+}
+
+/// First round trip (or the begin's, `first`): the batch's existing
+/// clients and the visitor sequence.
+async fn known_clients(
+    conn: &mut AnyConnection,
+    items: &[&CustomerWrite],
+    first: Option<FirstRows>,
+) -> Result<(HashMap<(i64, String), Known>, i64), StoreError> {
+    let statements = match first {
+        Some(FirstRows(rows)) => vec![rows],
+        None => {
+            let sql = known_sql(is_postgres(conn));
+            run_script(conn, sql, keys_of(items), WHAT).await?
+        }
+    };
     let sequence = statements
         .first()
         .and_then(|rows| rows.first())
@@ -244,7 +279,7 @@ async fn known_clients(
 /// [`known_clients`]' statement: `$1` the batch's `{"ch", "k"}` keys as a
 /// JSON array; one row of the visitor sequence and a JSON array of
 /// [`KnownRow`]s.
-fn known_sql(postgres: bool) -> &'static str {
+pub(super) fn known_sql(postgres: bool) -> &'static str {
     static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let (cell, group, array, keys) = if postgres {
@@ -700,11 +735,116 @@ mod tests {
 
     async fn write(store: &Store, items: &[CustomerWrite]) -> Vec<CustomerWritten> {
         let mut w = store.begin_write().await.expect("write");
-        let written = write_customer_messages(&mut w.tx, &items.iter().collect::<Vec<_>>())
+        let written = write_customer_messages(&mut w.tx, &items.iter().collect::<Vec<_>>(), None)
             .await
             .expect("batch");
         w.commit().await.expect("commit");
         written
+    }
+
+    /// On PostgreSQL a batch's known clients come back with the begin of its
+    /// transaction (an `EXECUTE` of a statement prepared on the connection);
+    /// a connection without the statement (one made before the migrations,
+    /// or whose statements were deallocated) gets it and the batch is
+    /// written as if it always had: the known sender stays in its chat.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_batch_begun_with_its_known_clients_on_a_connection_without_the_statement() {
+        use crate::store::{OpenOptions, PoolSettings, locks::RowLocks};
+        let url = crate::store::required_test_postgres_url().await;
+        // One connection: the statement deallocated is the one the batch uses.
+        let options = OpenOptions {
+            durability: Durability::Normal,
+            pool: PoolSettings {
+                max_connections: 1,
+                write_lanes: 1,
+                ..PoolSettings::default()
+            },
+            identity: None,
+        };
+        let store = Store::open(&url, options).await.expect("store");
+        let channel = test_channel(&store, "first-read").await;
+        let first = write(
+            &store,
+            &[from(channel, sender("ann", None, None), Some("hi"), 1)],
+        )
+        .await;
+        for round in 0..2 {
+            // Round 0: the connection was made before the migrations.
+            let (had,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM pg_prepared_statements WHERE name = 'hub_known_clients'",
+            )
+            .fetch_one(store.pool())
+            .await
+            .expect("statements");
+            assert_eq!(had, round, "round {round}: prepared by the round before");
+            if had > 0 {
+                sqlx::query("DEALLOCATE hub_known_clients")
+                    .execute(store.pool())
+                    .await
+                    .expect("deallocated");
+            }
+            let items = [from(
+                channel,
+                sender("ann", None, None),
+                Some("again"),
+                2 + round,
+            )];
+            let refs: Vec<&CustomerWrite> = items.iter().collect();
+            let locks = RowLocks {
+                senders: vec![(channel, "ann".to_owned())],
+                ..RowLocks::default()
+            };
+            let read = known_read(&refs).expect("read");
+            let (mut w, known) = store
+                .begin_row_write_reading(&locks, read)
+                .await
+                .expect("begun");
+            assert!(known.is_some(), "the read came back with the begin");
+            let written = write_customer_messages(&mut w.tx, &refs, known)
+                .await
+                .expect("batch");
+            w.commit().await.expect("commit");
+            assert_eq!(written[0].client.id, first[0].client.id, "round {round}");
+            assert!(!written[0].opened, "ann's chat is open: round {round}");
+            assert_eq!(
+                written[0].chat.as_ref().map(|c| c.id),
+                first[0].chat.as_ref().map(|c| c.id),
+                "round {round}"
+            );
+        }
+        // A transaction dropped before its commit leaves nothing, also once
+        // its connection serves the next one.
+        let messages = async || -> i64 {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM messages")
+                .fetch_one(store.pool())
+                .await
+                .expect("count");
+            n
+        };
+        let before = messages().await;
+        let items = [from(channel, sender("ann", None, None), Some("dropped"), 9)];
+        let refs: Vec<&CustomerWrite> = items.iter().collect();
+        let read = known_read(&refs).expect("read");
+        let (mut w, known) = store
+            .begin_row_write_reading(&RowLocks::default(), read)
+            .await
+            .expect("begun");
+        write_customer_messages(&mut w.tx, &refs, known)
+            .await
+            .expect("batch");
+        drop(w);
+        write(
+            &store,
+            &[from(channel, sender("bob", None, None), Some("hi"), 10)],
+        )
+        .await;
+        assert_eq!(messages().await, before + 1, "bob's, not the dropped one");
+        let (clients,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM clients")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+        assert_eq!(clients, 2, "ann and bob");
     }
 
     /// One batch leaves what its messages written one by one, in order,

@@ -21,6 +21,7 @@ mod open;
 pub(crate) mod outbox;
 pub mod outcomes;
 pub(crate) mod outgoing;
+mod prepared;
 pub(crate) mod sessions;
 mod url;
 pub(crate) mod webhooks;
@@ -272,6 +273,14 @@ enum TxInner<'a> {
         turn: Turn,
         health: Arc<writer::WriteHealth>,
     },
+    /// PostgreSQL: a transaction begun by a simple query of its own
+    /// ([`Store::begin_row_write_reading`]), so its first read came back in
+    /// the begin's round trip.
+    Raw {
+        tx: RawTx,
+        turn: Turn,
+        health: Arc<writer::WriteHealth>,
+    },
 }
 
 impl std::ops::Deref for TxConn<'_> {
@@ -280,6 +289,7 @@ impl std::ops::Deref for TxConn<'_> {
         match &self.0 {
             TxInner::Shared(tx) => tx.conn_ref(),
             TxInner::Own { tx, .. } => tx,
+            TxInner::Raw { tx, .. } => tx.conn_ref(),
         }
     }
 }
@@ -289,9 +299,73 @@ impl std::ops::DerefMut for TxConn<'_> {
         match &mut self.0 {
             TxInner::Shared(tx) => tx.conn(),
             TxInner::Own { tx, .. } => tx,
+            TxInner::Raw { tx, .. } => tx.conn(),
         }
     }
 }
+
+/// A PostgreSQL transaction sqlx does not know it is in: committed by
+/// [`RawTx::commit`], rolled back when dropped before (the connection goes
+/// back to the pool only once the `ROLLBACK` is done, and is closed if it
+/// fails), as sqlx's own transactions are.
+struct RawTx {
+    /// Present until the commit or the drop takes it.
+    conn: Option<sqlx::pool::PoolConnection<Any>>,
+}
+
+impl RawTx {
+    fn conn_ref(&self) -> &AnyConnection {
+        self.conn
+            .as_deref()
+            .expect("a transaction's connection until its end")
+    }
+
+    fn conn(&mut self) -> &mut AnyConnection {
+        self.conn
+            .as_deref_mut()
+            .expect("a transaction's connection until its end")
+    }
+
+    async fn commit(mut self) -> Result<(), StoreError> {
+        let Some(mut conn) = self.conn.take() else {
+            return Ok(());
+        };
+        let done = batch::run_simple(&mut conn, "COMMIT", "committing")
+            .await
+            .map(|_| ());
+        if done.is_err() {
+            // Whether it still is in the transaction is unknown.
+            conn.close_on_drop();
+        }
+        done
+    }
+}
+
+impl Drop for RawTx {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let rolled = batch::run_simple(&mut conn, "ROLLBACK", "rolling back").await;
+                    if rolled.is_err() {
+                        conn.close_on_drop();
+                    }
+                });
+            }
+            Err(_) => conn.close_on_drop(),
+        }
+    }
+}
+
+/// A read sent in the round trip that begins a row-mode transaction on
+/// PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`] statement.
+pub struct FirstRead(String);
+
+/// What a [`FirstRead`] returned, for the store function that asked for it.
+pub struct FirstRows(Vec<sqlx::any::AnyRow>);
 
 /// A PostgreSQL write transaction's mode (see [`Store::begin_write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,6 +395,12 @@ impl WriteTx<'_> {
             TxInner::Shared(tx) => Box::pin(tx.commit()),
             TxInner::Own { tx, turn, health } => Box::pin(async move {
                 let done = tx.commit().await.ctx("committing");
+                drop(turn);
+                health.record(&done);
+                done
+            }),
+            TxInner::Raw { tx, turn, health } => Box::pin(async move {
+                let done = tx.commit().await;
                 drop(turn);
                 health.record(&done);
                 done
@@ -436,6 +516,23 @@ impl Store {
                     // idle for `PG_PING_AFTER_IDLE` or longer is pinged, so
                     // one the server dropped meanwhile is replaced, not used.
                     .test_before_acquire(false)
+                    // The statements a begin may `EXECUTE` (`prepared.rs`);
+                    // a connection made before the migrations (tables
+                    // missing) gets them at its first such begin instead.
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            let (migrated,): (bool,) =
+                                sqlx::query_as("SELECT to_regclass('counters') IS NOT NULL")
+                                    .fetch_one(&mut *conn)
+                                    .await?;
+                            if migrated {
+                                for statement in prepared::prepare_statements() {
+                                    let _ = batch::run_simple(conn, &statement, "preparing").await;
+                                }
+                            }
+                            Ok(())
+                        })
+                    })
                     .before_acquire(|conn, meta| {
                         Box::pin(async move {
                             if meta.idle_for < PG_PING_AFTER_IDLE {
@@ -620,6 +717,62 @@ impl Store {
         self.begin_with(Mode::Rows, begin.into()).await
     }
 
+    /// [`begin_row_write_locking`](Store::begin_row_write_locking) with, on
+    /// PostgreSQL, `read` in the same round trip: its rows come back with
+    /// the transaction (on SQLite nothing is read: `None`, as without a
+    /// `read`).
+    pub async fn begin_row_write_reading(
+        &self,
+        locks: &locks::RowLocks,
+        read: Option<FirstRead>,
+    ) -> Result<(WriteTx<'_>, Option<FirstRows>), StoreError> {
+        let read = if self.writer.is_some() { None } else { read };
+        let Some(FirstRead(read)) = read else {
+            return Ok((self.begin_row_write_locking(locks).await?, None));
+        };
+        let started = std::time::Instant::now();
+        let turn = self.rows_turn().await?;
+        let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
+        crate::obs::write_turn_waited(false, started.elapsed());
+        let locked = locks.statements();
+        let sql = if locked.is_empty() {
+            format!("{PG_BEGIN_ROWS}; {read}")
+        } else {
+            format!("{PG_BEGIN_ROWS}; {locked}; {read}")
+        };
+        let mut begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
+        if begun.as_ref().is_err_and(prepared::is_missing) {
+            // A connection's first such begin: it gets the statements.
+            prepare_on(&mut conn).await?;
+            begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
+        }
+        let tx = RawTx { conn: Some(conn) };
+        // Dropped on an error: rolled back.
+        let statements = begun?;
+        self.health.record(&Ok::<(), StoreError>(()));
+        let rows = statements.into_iter().last().unwrap_or_default();
+        let w = WriteTx {
+            tx: TxConn(TxInner::Raw {
+                tx,
+                turn: Turn::Rows(turn),
+                health: self.health.clone(),
+            }),
+        };
+        Ok((w, Some(FirstRows(rows))))
+    }
+
+    /// This process's side of the row mode, waited for as long as a
+    /// connection would be.
+    async fn rows_turn(&self) -> Result<OwnedRwLockReadGuard<()>, StoreError> {
+        let wait = self.pool.options().get_acquire_timeout();
+        tokio::time::timeout(wait, self.pg_turn.clone().read_owned())
+            .await
+            .map_err(|_| StoreError::Db {
+                context: "waiting for the write turn",
+                source: sqlx::Error::PoolTimedOut,
+            })
+    }
+
     /// PostgreSQL: `script`, statements with their values written in
     /// (`batch::inline`), written as one row-mode transaction in one round
     /// trip: a simple query's statements are one transaction (committed at
@@ -633,13 +786,7 @@ impl Store {
         what: &'static str,
     ) -> Result<Vec<Vec<sqlx::any::AnyRow>>, StoreError> {
         let started = std::time::Instant::now();
-        let wait = self.pool.options().get_acquire_timeout();
-        let _turn = tokio::time::timeout(wait, self.pg_turn.clone().read_owned())
-            .await
-            .map_err(|_| StoreError::Db {
-                context: "waiting for the write turn",
-                source: sqlx::Error::PoolTimedOut,
-            })?;
+        let _turn = self.rows_turn().await?;
         let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
         crate::obs::write_turn_waited(false, started.elapsed());
         let sql = format!("{PG_ROWS_TURN}; {script}");
@@ -735,6 +882,19 @@ impl Store {
         }
         self.pool.close().await;
     }
+}
+
+/// Ends the failed begin on `conn` and gives it every prepared statement,
+/// one at a time (one it has already is left as it is).
+async fn prepare_on(conn: &mut AnyConnection) -> Result<(), StoreError> {
+    batch::run_simple(conn, "ROLLBACK", "preparing statements").await?;
+    for statement in prepared::prepare_statements() {
+        match batch::run_simple(conn, &statement, "preparing statements").await {
+            Err(e) if !prepared::is_duplicate(&e) => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Whether `conn` talks to PostgreSQL: the batch writers take another way

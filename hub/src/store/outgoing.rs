@@ -10,9 +10,12 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::batch::{Query, Scripts, json_cell, pad_slots, run, slots_for, values};
+use super::batch::{Literal, Query, Scripts, json_cell, pad_slots, run, slots_for, values};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
-use super::{Author, Chat, Ctx, DeliveryState, NewDelivery, StoreError, is_postgres};
+use super::prepared;
+use super::{
+    Author, Chat, Ctx, DeliveryState, FirstRead, FirstRows, NewDelivery, StoreError, is_postgres,
+};
 use crate::event::Event;
 
 /// What failures of this module's statements say.
@@ -40,28 +43,51 @@ pub struct OutgoingWrite {
     pub now: i64,
 }
 
-/// The chats of a batch as the transaction sees them.
+/// PostgreSQL: the chats' read, sent with the begin of the batch's
+/// transaction ([`Store::begin_row_write_reading`]); its rows go to
+/// [`chats_by_ids`].
+///
+/// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
+pub fn chats_read(ids: &[i64]) -> Result<Option<FirstRead>, StoreError> {
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    let count = ids.len() as i64;
+    prepared::CHATS_BY_IDS
+        .read(&[Literal::Text(&list), Literal::Int(count)])
+        .map(Some)
+}
+
+/// The chats of a batch as the transaction sees them: `first`, what
+/// [`chats_read`] read as the transaction began, if it was sent then.
 pub async fn chats_by_ids(
     conn: &mut AnyConnection,
     ids: &[i64],
+    first: Option<FirstRows>,
 ) -> Result<HashMap<i64, Chat>, StoreError> {
-    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-    // The count tells PostgreSQL's planner how many ids to expect (a JSON
-    // array's elements it guesses at 100).
-    let count = ids.len() as i64;
-    let rows = sqlx::query(chats_sql(is_postgres(conn)))
-        .bind(list)
-        .bind(count)
-        .fetch_all(conn)
-        .await
-        .ctx("looking up chats")?;
+    let rows = match first {
+        Some(FirstRows(rows)) => rows,
+        None => {
+            let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+            // The count tells PostgreSQL's planner how many ids to expect
+            // (a JSON array's elements it guesses at 100).
+            let count = ids.len() as i64;
+            sqlx::query(chats_sql(is_postgres(conn)))
+                .bind(list)
+                .bind(count)
+                .fetch_all(conn)
+                .await
+                .ctx("looking up chats")?
+        }
+    };
     rows.iter()
         .map(|row| chat_from_row(row).map(|chat| (chat.id, chat)))
         .collect()
 }
 
 /// [`chats_by_ids`]' statement: `$1` the ids as a JSON array, `$2` how many.
-fn chats_sql(postgres: bool) -> &'static str {
+pub(super) fn chats_sql(postgres: bool) -> &'static str {
     static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     // `= ANY (ARRAY(…))`: an index lookup per id whatever plan the server

@@ -1,0 +1,81 @@
+//! PostgreSQL: statements prepared by name on each connection and run with
+//! `EXECUTE` from a simple query, so a transaction's first read shares the
+//! round trip that begins it and its plan is still kept.
+//!
+//! Why: a simple query carries several statements in one round trip but no
+//! parameters, so a statement in it is planned every time (a batch's read
+//! planned anew cost more than it saved); an `EXECUTE` with its values
+//! written in runs the plan the connection keeps. A connection gets the
+//! statements as it connects (the pool's `after_connect`); one made before
+//! the migrations gets them the first time a begin finds one missing
+//! (`26000`, one `ERROR` line in the server's log): rolled back, prepared,
+//! begun again.
+
+use super::batch::{Literal, inline};
+use super::{FirstRead, StoreError, ingress};
+
+/// A statement every connection has under `name`, with its parameters'
+/// types.
+pub(super) struct Prepared {
+    name: &'static str,
+    params: &'static str,
+    sql: fn() -> &'static str,
+}
+
+/// A batch of customer messages' known clients (`ingress.rs`).
+pub(super) const KNOWN_CLIENTS: Prepared = Prepared {
+    name: "hub_known_clients",
+    params: "(TEXT)",
+    sql: || ingress::known_sql(true),
+};
+
+/// A batch of agent messages' chats (`outgoing.rs`).
+pub(super) const CHATS_BY_IDS: Prepared = Prepared {
+    name: "hub_chats_by_ids",
+    params: "(TEXT, BIGINT)",
+    sql: || super::outgoing::chats_sql(true),
+};
+
+/// Every statement a connection is given at once.
+const ALL: [&Prepared; 2] = [&KNOWN_CLIENTS, &CHATS_BY_IDS];
+
+impl Prepared {
+    /// `EXECUTE` of the statement with `values` written in (`batch::inline`).
+    pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstRead, StoreError> {
+        let args: Vec<String> = (1..=values.len()).map(|n| format!("${n}")).collect();
+        let sql = inline(
+            &format!("EXECUTE {}({})", self.name, args.join(", ")),
+            values,
+        )?;
+        Ok(FirstRead(sql))
+    }
+}
+
+/// The statements that give a connection every [`Prepared`], one each: a
+/// connection may have some of them (one that failed half-way), and a
+/// `PREPARE` of a name it has fails ([`is_duplicate`]).
+pub(super) fn prepare_statements() -> Vec<String> {
+    ALL.iter()
+        .map(|p| format!("PREPARE {} {} AS {}", p.name, p.params, (p.sql)()))
+        .collect()
+}
+
+/// Whether `error` says a prepared statement is missing on the connection.
+pub(super) fn is_missing(error: &StoreError) -> bool {
+    has_code(error, "26000")
+}
+
+/// Whether `error` says the connection has the statement already.
+pub(super) fn is_duplicate(error: &StoreError) -> bool {
+    has_code(error, "42P05")
+}
+
+fn has_code(error: &StoreError, code: &str) -> bool {
+    let StoreError::Db { source, .. } = error else {
+        return false;
+    };
+    source
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| c == code)
+}
