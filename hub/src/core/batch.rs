@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
 use crate::store::locks::RowLocks;
-use crate::store::{Conn, FirstRead, FirstRows, Store, StoreError};
+use crate::store::{Conn, FirstRows, FirstStatement, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -37,16 +37,17 @@ pub(super) trait BatchWrite: Send + 'static {
         RowLocks::default()
     }
 
-    /// PostgreSQL: the read `write` starts with, sent in the round trip
-    /// that begins the transaction (`Store::begin_row_write_reading`).
-    fn first_read(_jobs: &[Self::Job]) -> Result<Option<FirstRead>, StoreError> {
+    /// PostgreSQL: the statement `write` starts with (a read, or a write
+    /// nothing before it decides), sent in the round trip that begins the
+    /// transaction (`Store::begin_row_write_reading`).
+    fn first_statement(_jobs: &[Self::Job]) -> Result<Option<FirstStatement>, StoreError> {
         Ok(None)
     }
 
     /// Writes `jobs` in order in the caller's transaction, begun with their
     /// [`locks`](BatchWrite::locks) held and `first` what their
-    /// [`first_read`](BatchWrite::first_read) read then (`None` when it was
-    /// not sent: SQLite); one result per job.
+    /// [`first_statement`](BatchWrite::first_statement) returned then
+    /// (`None` when it was not sent: SQLite); one result per job.
     fn write<'a>(
         conn: &'a mut Conn,
         jobs: &'a mut [Self::Job],
@@ -315,7 +316,7 @@ async fn write_batch<W: BatchWrite>(
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, CoreError> {
     let read = match store.backend() {
-        crate::store::Backend::Postgres => W::first_read(jobs)?,
+        crate::store::Backend::Postgres => W::first_statement(jobs)?,
         crate::store::Backend::Sqlite => None,
     };
     let (mut w, first) = store.begin_row_write_reading(&W::locks(jobs), read).await?;

@@ -15,7 +15,7 @@ use crate::store::ingress::{
     CustomerWrite, CustomerWritten, MAX_BATCH, known_read, write_customer_messages,
 };
 use crate::store::locks::RowLocks;
-use crate::store::{Conn, FirstRead, FirstRows, StoreError};
+use crate::store::{Conn, FirstRows, FirstStatement, StoreError};
 
 /// A stored customer message, as its request learns it.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ impl BatchWrite for Ingress {
         }
     }
 
-    fn first_read(jobs: &[Job]) -> Result<Option<FirstRead>, StoreError> {
+    fn first_statement(jobs: &[Job]) -> Result<Option<FirstStatement>, StoreError> {
         let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();
         known_read(&writes)
     }

@@ -21,7 +21,7 @@ use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
     MAX_OUTGOING, OutgoingWrite, chats_by_ids, chats_read, write_outgoing,
 };
-use crate::store::{Chat, ChatState, Conn, FirstRead, FirstRows, StoreError};
+use crate::store::{Chat, ChatState, Conn, FirstRows, FirstStatement, StoreError};
 
 /// A message on its way to the database, with its plugins' effects.
 pub(super) struct Job {
@@ -65,7 +65,7 @@ impl BatchWrite for Outgoing {
         }
     }
 
-    fn first_read(jobs: &[Job]) -> Result<Option<FirstRead>, StoreError> {
+    fn first_statement(jobs: &[Job]) -> Result<Option<FirstStatement>, StoreError> {
         let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
         chats_read(&ids)
     }

@@ -9,8 +9,8 @@ use crate::core::error::CoreError;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
-use crate::store::outbox::{Finished, MAX_FINISHED, finish_many};
-use crate::store::{Conn, FirstRows, StoreError};
+use crate::store::outbox::{Finished, MAX_FINISHED, finish_many, finish_statement};
+use crate::store::{Conn, FirstRows, FirstStatement, StoreError};
 
 /// A final result on its way to the database, with its plugins' effects.
 pub(super) struct ResultJob {
@@ -37,13 +37,18 @@ impl BatchWrite for Results {
         }
     }
 
+    fn first_statement(jobs: &[ResultJob]) -> Result<Option<FirstStatement>, StoreError> {
+        let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
+        finish_statement(&rows)
+    }
+
     async fn write(
         conn: &mut Conn,
         jobs: &mut [ResultJob],
-        _: Option<FirstRows>,
+        first: Option<FirstRows>,
     ) -> Result<Vec<()>, CoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
-        finish_many(conn, &rows).await?;
+        finish_many(conn, &rows, first).await?;
         for job in jobs.iter() {
             let event = &job.finished.event;
             record_effects(conn, event, &job.forwards, &job.kv_writes, job.finished.now).await?;

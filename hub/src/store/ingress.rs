@@ -23,7 +23,8 @@ use super::batch::{
 use super::chats::CLIENT_MERGE;
 use super::prepared;
 use super::{
-    Author, Chat, ChatState, Client, Ctx, FirstRead, FirstRows, MessageRow, StoreError, is_postgres,
+    Author, Chat, ChatState, Client, Ctx, FirstRows, FirstStatement, MessageRow, StoreError,
+    is_postgres,
 };
 use crate::event::Event;
 
@@ -231,7 +232,7 @@ fn keys_of(items: &[&CustomerWrite]) -> String {
 /// [`write_customer_messages`].
 ///
 /// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
-pub fn known_read(items: &[&CustomerWrite]) -> Result<Option<FirstRead>, StoreError> {
+pub fn known_read(items: &[&CustomerWrite]) -> Result<Option<FirstStatement>, StoreError> {
     if items.is_empty() {
         return Ok(None);
     }

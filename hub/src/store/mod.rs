@@ -360,11 +360,13 @@ impl Drop for RawTx {
     }
 }
 
-/// A read sent in the round trip that begins a row-mode transaction on
-/// PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`] statement.
-pub struct FirstRead(String);
+/// A batch's first statement (its read, or a write whose result nothing
+/// before it decides), sent in the round trip that begins a row-mode
+/// transaction on PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`]
+/// statement.
+pub struct FirstStatement(String);
 
-/// What a [`FirstRead`] returned, for the store function that asked for it.
+/// What a [`FirstStatement`] returned, for the store function that asked for it.
 pub struct FirstRows(Vec<sqlx::any::AnyRow>);
 
 /// A PostgreSQL write transaction's mode (see [`Store::begin_write`]).
@@ -718,16 +720,16 @@ impl Store {
     }
 
     /// [`begin_row_write_locking`](Store::begin_row_write_locking) with, on
-    /// PostgreSQL, `read` in the same round trip: its rows come back with
-    /// the transaction (on SQLite nothing is read: `None`, as without a
-    /// `read`).
+    /// PostgreSQL, `read` (a batch's first statement) in the same round
+    /// trip: its rows come back with the transaction (on SQLite nothing is
+    /// sent: `None`, as without a `read`).
     pub async fn begin_row_write_reading(
         &self,
         locks: &locks::RowLocks,
-        read: Option<FirstRead>,
+        read: Option<FirstStatement>,
     ) -> Result<(WriteTx<'_>, Option<FirstRows>), StoreError> {
         let read = if self.writer.is_some() { None } else { read };
-        let Some(FirstRead(read)) = read else {
+        let Some(FirstStatement(read)) = read else {
             return Ok((self.begin_row_write_locking(locks).await?, None));
         };
         let started = std::time::Instant::now();

@@ -14,7 +14,8 @@ use super::batch::{Literal, Query, Scripts, json_cell, pad_slots, run, slots_for
 use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::prepared;
 use super::{
-    Author, Chat, Ctx, DeliveryState, FirstRead, FirstRows, NewDelivery, StoreError, is_postgres,
+    Author, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
+    is_postgres,
 };
 use crate::event::Event;
 
@@ -48,7 +49,7 @@ pub struct OutgoingWrite {
 /// [`chats_by_ids`].
 ///
 /// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
-pub fn chats_read(ids: &[i64]) -> Result<Option<FirstRead>, StoreError> {
+pub fn chats_read(ids: &[i64]) -> Result<Option<FirstStatement>, StoreError> {
     if ids.is_empty() {
         return Ok(None);
     }
@@ -308,7 +309,7 @@ fn build_script(slots: usize) -> String {
 mod tests {
     use super::*;
     use crate::event::{Direction, EventKind};
-    use crate::store::outbox::{Finished, finish_many};
+    use crate::store::outbox::{Finished, finish_many, finish_statement};
     use crate::store::{Durability, NewDelivery, Store};
 
     /// A typing notice to `chat`, with its outbox row (no message row).
@@ -486,8 +487,19 @@ mod tests {
                     .expect("the row");
                 results.push(Finished::delivered(seq, 2_000));
             }
-            let mut w = store.begin_write().await.expect("write");
-            finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
+            // As the results' writer does: on PostgreSQL the results go
+            // with the begin of their transaction.
+            let results: Vec<&Finished> = results.iter().collect();
+            let first = finish_statement(&results).expect("statement");
+            let locks = crate::store::locks::RowLocks {
+                outbox_rows: results.iter().map(|r| r.seq).collect(),
+                ..Default::default()
+            };
+            let (mut w, first) = store
+                .begin_row_write_reading(&locks, first)
+                .await
+                .expect("write");
+            finish_many(&mut w.tx, &results, first)
                 .await
                 .expect("finish");
             w.commit().await.expect("commit");

@@ -1,6 +1,7 @@
 //! PostgreSQL: statements prepared by name on each connection and run with
-//! `EXECUTE` from a simple query, so a transaction's first read shares the
-//! round trip that begins it and its plan is still kept.
+//! `EXECUTE` from a simple query, so a batch's first statement (its read,
+//! or its results' write) shares the round trip that begins its
+//! transaction and its plan is still kept.
 //!
 //! Why: a simple query carries several statements in one round trip but no
 //! parameters, so a statement in it is planned every time (a batch's read
@@ -12,7 +13,7 @@
 //! begun again.
 
 use super::batch::{Literal, inline};
-use super::{FirstRead, StoreError, ingress};
+use super::{FirstStatement, StoreError, ingress};
 
 /// A statement every connection has under `name`, with its parameters'
 /// types.
@@ -36,18 +37,25 @@ pub(super) const CHATS_BY_IDS: Prepared = Prepared {
     sql: || super::outgoing::chats_sql(true),
 };
 
+/// A batch of delivery results (`outbox/write.rs`).
+pub(super) const FINISH: Prepared = Prepared {
+    name: "hub_finish",
+    params: "(TEXT, BIGINT)",
+    sql: || super::outbox::PG_FINISH,
+};
+
 /// Every statement a connection is given at once.
-const ALL: [&Prepared; 2] = [&KNOWN_CLIENTS, &CHATS_BY_IDS];
+const ALL: [&Prepared; 3] = [&KNOWN_CLIENTS, &CHATS_BY_IDS, &FINISH];
 
 impl Prepared {
     /// `EXECUTE` of the statement with `values` written in (`batch::inline`).
-    pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstRead, StoreError> {
+    pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstStatement, StoreError> {
         let args: Vec<String> = (1..=values.len()).map(|n| format!("${n}")).collect();
         let sql = inline(
             &format!("EXECUTE {}({})", self.name, args.join(", ")),
             values,
         )?;
-        Ok(FirstRead(sql))
+        Ok(FirstStatement(sql))
     }
 }
 

@@ -6,19 +6,22 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{self, Literal, Scripts, slots_for, values};
-use super::{Backend, Ctx, DeliveryState, Store, StoreError, flag, is_postgres};
+use super::{
+    Backend, Ctx, DeliveryState, FirstRows, FirstStatement, Store, StoreError, flag, is_postgres,
+    prepared,
+};
 use crate::event::Event;
 
 mod admin;
 mod claim;
 mod write;
 
-#[cfg(test)]
 pub(in crate::store) use write::PG_FINISH;
 
 pub use admin::{DeliveryView, OutboxDepth, PendingRows};
 pub use write::{
-    Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, set_response, unstage,
+    Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, finish_statement, set_response,
+    unstage,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -636,7 +639,7 @@ mod tests {
     async fn deliver_all(store: &Store, claimed: &[Claimed], now: i64) {
         let results = delivered(claimed, now);
         let mut w = store.begin_write().await.expect("write");
-        finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
+        finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>(), None)
             .await
             .expect("results");
         w.commit().await.expect("commit");
@@ -677,7 +680,7 @@ mod tests {
             .expect("claim");
         assert_eq!(claimed.len(), 64, "the first rows of 64 keys");
         let results = delivered(&claimed, 4_000);
-        finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>())
+        finish_many(&mut w.tx, &results.iter().collect::<Vec<_>>(), None)
             .await
             .expect("results");
         let after = OutboxCounts::now(&mut w.tx).await;

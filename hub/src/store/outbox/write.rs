@@ -181,8 +181,14 @@ pub const MAX_FINISHED: usize = 128;
 /// (`RowLocks::outbox_rows`, or [`locks::order_keys_of_rows`]).
 ///
 /// [`locks::order_keys_of_rows`]: crate::store::locks::order_keys_of_rows
-pub async fn finish_many(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
-    if rows.is_empty() {
+/// `first`: on PostgreSQL, when [`finish_statement`] was sent with the
+/// transaction's begin, the rows are written already.
+pub async fn finish_many(
+    conn: &mut AnyConnection,
+    rows: &[&Finished],
+    first: Option<FirstRows>,
+) -> Result<(), StoreError> {
+    if rows.is_empty() || first.is_some() {
         return Ok(());
     }
     if is_postgres(conn) {
@@ -230,6 +236,21 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
 }
 
 const FINISHING: &str = "recording delivery results";
+
+/// PostgreSQL: [`PG_FINISH`] for `rows`, to send with the begin of their
+/// transaction ([`Store::begin_row_write_reading`]); then
+/// [`finish_many`] has nothing left to do.
+///
+/// [`Store::begin_row_write_reading`]: crate::store::Store::begin_row_write_reading
+pub fn finish_statement(rows: &[&Finished]) -> Result<Option<FirstStatement>, StoreError> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let json = finished_json(rows);
+    prepared::FINISH
+        .read(&[Literal::Text(&json), Literal::Int(rows.len() as i64)])
+        .map(Some)
+}
 
 /// PostgreSQL: the rows for [`PG_FINISH`]'s `$1`.
 fn finished_json(rows: &[&Finished]) -> String {
