@@ -751,19 +751,9 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs PostgreSQL"]
     async fn a_batch_begun_with_its_known_clients_on_a_connection_without_the_statement() {
-        use crate::store::{OpenOptions, PoolSettings, locks::RowLocks};
-        let url = crate::store::required_test_postgres_url().await;
+        use crate::store::locks::RowLocks;
         // One connection: the statement deallocated is the one the batch uses.
-        let options = OpenOptions {
-            durability: Durability::Normal,
-            pool: PoolSettings {
-                max_connections: 1,
-                write_lanes: 1,
-                ..PoolSettings::default()
-            },
-            identity: None,
-        };
-        let store = Store::open(&url, options).await.expect("store");
+        let store = crate::store::test_postgres_one_connection().await;
         let channel = test_channel(&store, "first-read").await;
         let first = write(
             &store,
@@ -772,19 +762,12 @@ mod tests {
         .await;
         for round in 0..2 {
             // Round 0: the connection was made before the migrations.
-            let (had,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM pg_prepared_statements WHERE name = 'hub_known_clients'",
-            )
-            .fetch_one(store.pool())
-            .await
-            .expect("statements");
-            assert_eq!(had, round, "round {round}: prepared by the round before");
-            if had > 0 {
-                sqlx::query("DEALLOCATE hub_known_clients")
-                    .execute(store.pool())
-                    .await
-                    .expect("deallocated");
-            }
+            let had = crate::store::deallocate_if_prepared(&store, "hub_known_clients").await;
+            assert_eq!(
+                had,
+                round == 1,
+                "round {round}: prepared by the round before"
+            );
             let items = [from(
                 channel,
                 sender("ann", None, None),

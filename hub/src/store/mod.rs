@@ -792,7 +792,15 @@ impl Store {
         let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
         crate::obs::write_turn_waited(false, started.elapsed());
         let sql = format!("{PG_ROWS_TURN}; {script}");
-        let mut statements = batch::run_simple(&mut conn, &sql, what).await?;
+        let mut statements = batch::run_simple(&mut conn, &sql, what).await;
+        if statements.as_ref().is_err_and(prepared::is_missing) {
+            // A connection made before the migrations: it gets the
+            // statements a claim `EXECUTE`s (one simple query is one
+            // transaction: nothing of the failed one happened).
+            prepare_on(&mut conn).await?;
+            statements = batch::run_simple(&mut conn, &sql, what).await;
+        }
+        let mut statements = statements?;
         self.health.record(&Ok::<(), StoreError>(()));
         // The setting's and the lock's results are no concern of the caller's.
         statements.drain(..PG_ROWS_TURN_STATEMENTS.min(statements.len()));
@@ -941,6 +949,43 @@ pub(crate) async fn required_test_postgres_url() -> String {
 pub(crate) async fn required_test_postgres() -> Store {
     let url = required_test_postgres_url().await;
     Store::open(&url, Durability::Normal).await.expect("store")
+}
+
+/// As [`required_test_postgres`], with one pooled connection (made before
+/// the migrations ran): what a test does to it, the store's next statement
+/// meets.
+#[cfg(test)]
+pub(crate) async fn test_postgres_one_connection() -> Store {
+    let url = required_test_postgres_url().await;
+    let options = OpenOptions {
+        durability: Durability::Normal,
+        pool: PoolSettings {
+            max_connections: 1,
+            write_lanes: 1,
+            ..PoolSettings::default()
+        },
+        identity: None,
+    };
+    Store::open(&url, options).await.expect("store")
+}
+
+/// Deallocates the prepared statement `name` on `store`'s one connection
+/// if it has it; whether it had.
+#[cfg(test)]
+pub(crate) async fn deallocate_if_prepared(store: &Store, name: &str) -> bool {
+    let (had,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM pg_prepared_statements WHERE name = $1")
+            .bind(name)
+            .fetch_one(store.pool())
+            .await
+            .expect("statements");
+    if had > 0 {
+        sqlx::raw_sql(&format!("DEALLOCATE {name}"))
+            .execute(store.pool())
+            .await
+            .expect("deallocated");
+    }
+    had > 0
 }
 
 /// Tests' custom channel `public_id`; its id.

@@ -1,7 +1,8 @@
 //! PostgreSQL: statements prepared by name on each connection and run with
 //! `EXECUTE` from a simple query, so a batch's first statement (its read,
 //! or its results' write) shares the round trip that begins its
-//! transaction and its plan is still kept.
+//! transaction, and a claim the round trip of its lock and next due time,
+//! and their plans are still kept.
 //!
 //! Why: a simple query carries several statements in one round trip but no
 //! parameters, so a statement in it is planned every time (a batch's read
@@ -44,8 +45,23 @@ pub(super) const FINISH: Prepared = Prepared {
     sql: || super::outbox::PG_FINISH,
 };
 
+/// The deliverer's claim (`outbox/claim.rs`): `$1` the lease's end, `$2`
+/// now, `$3` the most rows, `$4` the instance.
+pub(super) const CLAIM: Prepared = Prepared {
+    name: "hub_claim",
+    params: "(BIGINT, BIGINT, BIGINT, TEXT)",
+    sql: || super::outbox::claim_sql(super::Backend::Postgres),
+};
+
+/// The outbox's next due time after a claim (`outbox/claim.rs`).
+pub(super) const NEXT_DUE: Prepared = Prepared {
+    name: "hub_next_due",
+    params: "(BIGINT)",
+    sql: || super::outbox::next_due_sql(super::Backend::Postgres),
+};
+
 /// Every statement a connection is given at once.
-const ALL: [&Prepared; 3] = [&KNOWN_CLIENTS, &CHATS_BY_IDS, &FINISH];
+const ALL: [&Prepared; 5] = [&KNOWN_CLIENTS, &CHATS_BY_IDS, &FINISH, &CLAIM, &NEXT_DUE];
 
 impl Prepared {
     /// `EXECUTE` of the statement with `values` written in (`batch::inline`).

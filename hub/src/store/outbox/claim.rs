@@ -42,10 +42,7 @@ impl Store {
         if self.backend() == Backend::Postgres {
             let mut script = claim_script(&self.identity().id, now, lease_ms, limit)?;
             script.push_str("; ");
-            script.push_str(&batch::inline(
-                next_due_sql(Backend::Postgres),
-                &[Literal::Int(now)],
-            )?);
+            script.push_str(&prepared::NEXT_DUE.read(&[Literal::Int(now)])?.0);
             let statements = self.write_rows_script(&script, CLAIMING).await?;
             let claimed = claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default())?;
             if claimed.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
@@ -160,21 +157,19 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// round trip, not four (begin, claim, commit, each apart), planned per
 /// claim either way.
 fn claim_script(owner: &str, now: i64, lease_ms: i64, limit: i64) -> Result<String, StoreError> {
-    batch::inline(
-        claim_sql(Backend::Postgres),
-        &[
-            Literal::Int(now + lease_ms),
-            Literal::Int(now),
-            Literal::Int(limit),
-            Literal::Text(owner),
-        ],
-    )
+    let claim = prepared::CLAIM.read(&[
+        Literal::Int(now + lease_ms),
+        Literal::Int(now),
+        Literal::Int(limit),
+        Literal::Text(owner),
+    ])?;
+    Ok(claim.0)
 }
 
 /// [`Store::next_due_at`]'s statement. SQLite's planner would find the
 /// earliest hold by reading every pending row through `outbox_due`, so it
 /// is told to use `outbox_held` (only held rows are in it).
-pub(super) fn next_due_sql(backend: Backend) -> &'static str {
+pub(in crate::store) fn next_due_sql(backend: Backend) -> &'static str {
     static NEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static NEXT_PG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let (cell, indexed) = match backend {
@@ -193,7 +188,7 @@ pub(super) fn next_due_sql(backend: Backend) -> &'static str {
 
 /// The claim statement: `$1` the new lease's end, `$2` now, `$3` the most
 /// rows to take, `$4` the instance taking them.
-pub(super) fn claim_sql(backend: Backend) -> &'static str {
+pub(in crate::store) fn claim_sql(backend: Backend) -> &'static str {
     static CLAIM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static CLAIM_PG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     // One statement: the rows it leases come back as they were before

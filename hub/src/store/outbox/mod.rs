@@ -16,6 +16,7 @@ mod admin;
 mod claim;
 mod write;
 
+pub(in crate::store) use claim::{claim_sql, next_due_sql};
 pub(in crate::store) use write::PG_FINISH;
 
 pub use admin::{DeliveryView, OutboxDepth, PendingRows};
@@ -394,6 +395,33 @@ mod tests {
     async fn store(dir: &tempfile::TempDir) -> Store {
         let url = format!("sqlite://{}", dir.path().join("hub.db").display());
         Store::open(&url, Durability::Normal).await.expect("store")
+    }
+
+    /// On PostgreSQL a claim is one simple query that `EXECUTE`s the claim
+    /// and the next due time prepared on its connection; a connection
+    /// without them (made before the migrations, or its statements
+    /// deallocated) gets them, and the claim still takes its rows.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_claim_on_a_connection_without_its_statements_still_takes_its_rows() {
+        let store = crate::store::test_postgres_one_connection().await;
+        for (round, now) in [(0, 1_000), (1, 2_000)] {
+            let id = queue(&store, None, now).await;
+            // One connection: the one the claim runs on. Round 0: made
+            // before the migrations, it has none.
+            let had = crate::store::deallocate_if_prepared(&store, "hub_claim").await;
+            assert_eq!(
+                had,
+                round == 1,
+                "round {round}: prepared by the round before"
+            );
+            let (claimed, _) = store
+                .claim_and_next_due(now, 60_000, 64)
+                .await
+                .expect("claimed");
+            let ids: Vec<String> = claimed.into_iter().map(|c| c.id).collect();
+            assert_eq!(ids, [id], "round {round}");
+        }
     }
 
     /// Queues a forward on chat `chat` (its order key) at `now`; its id.
