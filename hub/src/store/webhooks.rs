@@ -63,7 +63,6 @@ pub struct ClientCard {
     /// The `attributes` column: a JSON object as text, if any.
     pub attributes: Option<String>,
     pub organization_id: Option<i64>,
-    pub status_id: Option<i64>,
     pub assigned_agent_id: Option<i64>,
     pub visitor_number: Option<i64>,
     /// How many chats the client has had.
@@ -76,27 +75,40 @@ pub struct ClientCard {
     pub user_agent: Option<String>,
     /// Country, region, city of `ip` (JSON text), with a GeoIP database.
     pub geoip_json: Option<String>,
+    /// Its category: `status_id`'s, else the default one (the first by
+    /// position of those marked), if any.
+    pub status: Option<Titled>,
+    /// Its tags, by id.
+    pub tags: Vec<Titled>,
 }
 
-/// The client `client_id` for a webhook payload; `None` if there is none.
+/// The client `client_id` for a webhook payload, with its category and
+/// tags; `None` if there is none.
+///
+/// One statement: a chat's accept reads it in the agent batch's
+/// transaction, and each statement there is a round trip the whole batch
+/// waits for.
 pub async fn client_card(
     conn: &mut AnyConnection,
     client_id: i64,
 ) -> Result<Option<ClientCard>, StoreError> {
-    let row = sqlx::query(
-        "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
-         c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
-         c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count, \
-         c.page_title, c.utm_json, c.ip, c.user_agent, c.geoip_json \
-         FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
-    )
-    .bind(client_id)
-    .fetch_optional(conn)
-    .await
-    .ctx("reading a client for a webhook")?;
+    let row = sqlx::query(client_card_sql(super::is_postgres(conn)))
+        .bind(client_id)
+        .fetch_optional(conn)
+        .await
+        .ctx("reading a client for a webhook")?;
     let Some(row) = row else { return Ok(None) };
     let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a client");
     let number = |c: &str| row.try_get::<Option<i64>, _>(c).ctx("reading a client");
+    let status = match (number("status_ref")?, text("status_title")?) {
+        (Some(id), Some(title)) => Some(Titled { id, title }),
+        _ => None,
+    };
+    let tags: Vec<(i64, String)> = match text("tags")? {
+        Some(tags) => serde_json::from_str(&tags)
+            .map_err(|e| StoreError::Corrupt(format!("a client's tags as read: {e}")))?,
+        None => Vec::new(),
+    };
     Ok(Some(ClientCard {
         channel_id: row.try_get("channel_id").ctx("reading a client")?,
         public_id: row.try_get("public_id").ctx("reading a client")?,
@@ -108,7 +120,6 @@ pub async fn client_card(
         user_token: text("user_token")?,
         attributes: text("attributes")?,
         organization_id: number("organization_id")?,
-        status_id: number("status_id")?,
         assigned_agent_id: number("assigned_agent_id")?,
         visitor_number: number("visitor_number")?,
         chats_count: row.try_get("chats_count").ctx("reading a client")?,
@@ -117,7 +128,50 @@ pub async fn client_card(
         ip: text("ip")?,
         user_agent: text("user_agent")?,
         geoip_json: text("geoip_json")?,
+        status,
+        tags: tags
+            .into_iter()
+            .map(|(id, title)| Titled { id, title })
+            .collect(),
     }))
+}
+
+/// [`client_card`]'s statement: `$1` the client's id.
+fn client_card_sql(postgres: bool) -> &'static str {
+    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let (cell, tags) = if postgres {
+        (
+            &POSTGRES,
+            "CAST(json_agg(json_build_array(t.id, t.title) ORDER BY t.id) AS TEXT)",
+        )
+    } else {
+        (
+            &SQLITE,
+            "json_group_array(json_array(t.id, t.title) ORDER BY t.id)",
+        )
+    };
+    cell.get_or_init(|| {
+        let category = |column: &str| {
+            format!(
+                "CASE WHEN c.status_id IS NULL THEN (SELECT s.{column} FROM crm_statuses s \
+                 WHERE s.is_default = 1 ORDER BY s.position LIMIT 1) \
+                 ELSE (SELECT s.{column} FROM crm_statuses s WHERE s.id = c.status_id) END"
+            )
+        };
+        format!(
+            "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
+             c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
+             c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count, \
+             c.page_title, c.utm_json, c.ip, c.user_agent, c.geoip_json, \
+             {} AS status_ref, {} AS status_title, \
+             (SELECT {tags} FROM crm_client_tags ct JOIN crm_tags t ON t.id = ct.tag_id \
+             WHERE ct.client_id = c.id) AS tags \
+             FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
+            category("id"),
+            category("title"),
+        )
+    })
 }
 
 /// An organization: id and name.
@@ -147,47 +201,6 @@ pub struct Titled {
     pub title: String,
 }
 
-/// The client category `id`.
-pub async fn status(conn: &mut AnyConnection, id: i64) -> Result<Option<Titled>, StoreError> {
-    let row: Option<(i64, String)> =
-        sqlx::query_as("SELECT id, title FROM crm_statuses WHERE id = $1")
-            .bind(id)
-            .fetch_optional(conn)
-            .await
-            .ctx("reading a category")?;
-    Ok(row.map(|(id, title)| Titled { id, title }))
-}
-
-/// The default client category (the first by position), if one is marked.
-pub async fn default_status(conn: &mut AnyConnection) -> Result<Option<Titled>, StoreError> {
-    let row: Option<(i64, String)> = sqlx::query_as(
-        "SELECT id, title FROM crm_statuses WHERE is_default = 1 ORDER BY position LIMIT 1",
-    )
-    .fetch_optional(conn)
-    .await
-    .ctx("reading the default category")?;
-    Ok(row.map(|(id, title)| Titled { id, title }))
-}
-
-/// The client's tags, by id.
-pub async fn client_tags(
-    conn: &mut AnyConnection,
-    client_id: i64,
-) -> Result<Vec<Titled>, StoreError> {
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT t.id, t.title FROM crm_client_tags ct JOIN crm_tags t ON t.id = ct.tag_id \
-         WHERE ct.client_id = $1 ORDER BY t.id",
-    )
-    .bind(client_id)
-    .fetch_all(conn)
-    .await
-    .ctx("reading client tags")?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, title)| Titled { id, title })
-        .collect())
-}
-
 /// An agent as webhooks name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentRef {
@@ -206,42 +219,47 @@ pub async fn agent(conn: &mut AnyConnection, id: i64) -> Result<Option<AgentRef>
     Ok(row.map(|(id, name, email)| AgentRef { id, name, email }))
 }
 
-/// Who a chat is between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who a chat is between, and what its integration data says (JSON text,
+/// unparsed: a payload falls back to the client's URL when it is missing
+/// or unreadable).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatParties {
     pub client_id: i64,
-    pub agent_id: Option<i64>,
+    /// The chat's agent, if it has one and the agent exists.
+    pub agent: Option<AgentRef>,
+    pub integration: Option<String>,
 }
 
+/// One statement, for the same reason as [`client_card`]'s.
 pub async fn chat_parties(
     conn: &mut AnyConnection,
     chat_id: i64,
 ) -> Result<Option<ChatParties>, StoreError> {
-    let row: Option<(i64, Option<i64>)> =
-        sqlx::query_as("SELECT client_id, agent_id FROM chats WHERE id = $1")
-            .bind(chat_id)
-            .fetch_optional(conn)
-            .await
-            .ctx("reading a chat")?;
-    Ok(row.map(|(client_id, agent_id)| ChatParties {
-        client_id,
-        agent_id,
-    }))
-}
-
-/// The chat's integration data as stored (JSON text), unparsed: a payload
-/// falls back to the client's URL when it is missing or unreadable.
-pub async fn chat_integration_text(
-    conn: &mut AnyConnection,
-    chat_id: i64,
-) -> Result<Option<String>, StoreError> {
-    let row: Option<(Option<String>,)> =
-        sqlx::query_as("SELECT integration FROM chats WHERE id = $1")
-            .bind(chat_id)
-            .fetch_optional(conn)
-            .await
-            .ctx("reading a chat")?;
-    Ok(row.and_then(|(text,)| text))
+    type Parties = (
+        i64,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+    );
+    let row: Option<Parties> = sqlx::query_as(
+        "SELECT c.client_id, c.integration, a.id, a.name, a.email \
+         FROM chats c LEFT JOIN agents a ON a.id = c.agent_id WHERE c.id = $1",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+    .ctx("reading a chat")?;
+    Ok(
+        row.map(|(client_id, integration, id, name, email)| ChatParties {
+            client_id,
+            agent: match (id, name, email) {
+                (Some(id), Some(name), Some(email)) => Some(AgentRef { id, name, email }),
+                _ => None,
+            },
+            integration,
+        }),
+    )
 }
 
 /// One message of a chat log.
@@ -303,4 +321,135 @@ pub async fn chat_end(conn: &mut AnyConnection, chat_id: i64) -> Result<ChatEnd,
         rate,
         blacklisted: blacklisted > 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Durability, Store};
+
+    #[tokio::test]
+    async fn a_client_card_carries_its_category_and_tags_and_a_chat_its_agent_and_page() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        cards_and_parties(Store::open(&url, Durability::Normal).await.expect("store")).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_client_card_carries_its_category_and_tags_and_a_chat_its_agent_and_page_on_postgres()
+    {
+        cards_and_parties(crate::store::required_test_postgres().await).await;
+    }
+
+    /// What the one-statement reads give is what the payloads read before
+    /// them, one statement per part: the category set or else the default
+    /// one, the tags by id, the chat's agent and integration data.
+    async fn cards_and_parties(store: Store) {
+        let channel = crate::store::test_channel(&store, "cards").await;
+        let mut w = store.begin_write().await.expect("write");
+        let mut id = async |sql: &str| -> i64 {
+            let (id,): (i64,) = sqlx::query_as(sql)
+                .bind(channel)
+                .fetch_one(&mut *w.tx)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            id
+        };
+        let client = |key: &str, status: &str| {
+            format!(
+                "INSERT INTO clients (channel_id, external_key, external_id_json, created_at, \
+                 updated_at, status_id) VALUES ($1, '{key}', '\"{key}\"', 0, 0, {status}) \
+                 RETURNING id"
+            )
+        };
+        let hot = id(
+            "INSERT INTO crm_statuses (title, color, position, is_default, created_at) \
+             SELECT 'Hot lead', '#f00', 9, 0, $1 RETURNING id",
+        )
+        .await;
+        let plain = id(&client("plain", "NULL")).await;
+        let tagged = id(&client("tagged", &hot.to_string())).await;
+        let vip =
+            id("INSERT INTO crm_tags (title, created_at) SELECT 'vip', $1 RETURNING id").await;
+        let beta =
+            id("INSERT INTO crm_tags (title, created_at) SELECT 'beta', $1 RETURNING id").await;
+        for tag in [beta, vip] {
+            id(&format!(
+                "INSERT INTO crm_client_tags (client_id, tag_id) SELECT {tagged}, {tag} \
+                 WHERE $1 IS NOT NULL RETURNING tag_id"
+            ))
+            .await;
+        }
+        let ann = id("INSERT INTO agents (name, email, token_hash, created_at) \
+             SELECT 'Ann', 'ann@example.com', 'h', $1 RETURNING id")
+        .await;
+        let chat = |client: i64, agent: &str, integration: &str| {
+            format!(
+                "INSERT INTO chats (channel_id, client_id, state, agent_id, opened_at, \
+                 last_message_at, integration) VALUES ($1, {client}, 'accepted', {agent}, 0, 0, \
+                 {integration}) RETURNING id"
+            )
+        };
+        let answered = id(&chat(
+            tagged,
+            &ann.to_string(),
+            "'{\"page\":{\"url\":\"https://shop.example.com/cart\"}}'",
+        ))
+        .await;
+        let waiting = id(&chat(plain, "NULL", "NULL")).await;
+
+        let card = client_card(&mut w.tx, plain)
+            .await
+            .expect("read")
+            .expect("a card");
+        assert_eq!(card.status.expect("the default category").title, "New");
+        assert!(card.tags.is_empty(), "{:?}", card.tags);
+        let card = client_card(&mut w.tx, tagged)
+            .await
+            .expect("read")
+            .expect("a card");
+        assert_eq!(
+            card.status,
+            Some(Titled {
+                id: hot,
+                title: "Hot lead".into()
+            })
+        );
+        let titles: Vec<&str> = card.tags.iter().map(|t| t.title.as_str()).collect();
+        assert_eq!(titles, ["vip", "beta"], "by id");
+        assert_eq!(card.chats_count, 1);
+        assert!(
+            client_card(&mut w.tx, tagged + 100)
+                .await
+                .expect("read")
+                .is_none()
+        );
+
+        let parties = chat_parties(&mut w.tx, answered)
+            .await
+            .expect("read")
+            .expect("a chat");
+        assert_eq!(parties.client_id, tagged);
+        assert_eq!(
+            parties.agent,
+            Some(AgentRef {
+                id: ann,
+                name: "Ann".into(),
+                email: "ann@example.com".into()
+            })
+        );
+        assert!(parties.integration.is_some_and(|i| i.contains("/cart")));
+        let parties = chat_parties(&mut w.tx, waiting)
+            .await
+            .expect("read")
+            .expect("a chat");
+        assert_eq!((parties.agent, parties.integration), (None, None));
+        assert!(
+            chat_parties(&mut w.tx, waiting + 100)
+                .await
+                .expect("read")
+                .is_none()
+        );
+    }
 }

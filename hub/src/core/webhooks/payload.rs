@@ -73,7 +73,10 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
             name: o.name,
         });
     }
-    known.status = client_status(conn, card.status_id).await?;
+    known.status = card.status.map(|Titled { id, title }| Status {
+        id: NumericId(id),
+        title,
+    });
     if let Some(id) = card.assigned_agent_id {
         known.assigned_agent = rows::agent(conn, id).await?.map(|a| AssignedAgent {
             id: NumericId(a.id),
@@ -81,8 +84,8 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
             name: a.name,
         });
     }
-    known.tags = rows::client_tags(conn, client_id)
-        .await?
+    known.tags = card
+        .tags
         .into_iter()
         .map(|Titled { id, title }| Tag {
             id: NumericId(id),
@@ -90,21 +93,6 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
         })
         .collect();
     Ok(Some(known))
-}
-
-/// The client's category; clients without one are in the default category.
-async fn client_status(
-    conn: &mut Conn,
-    status_id: Option<i64>,
-) -> Result<Option<Status>, StoreError> {
-    let row = match status_id {
-        Some(id) => rows::status(conn, id).await?,
-        None => rows::default_status(conn).await?,
-    };
-    Ok(row.map(|Titled { id, title }| Status {
-        id: NumericId(id),
-        title,
-    }))
 }
 
 async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::Agent>, StoreError> {
@@ -118,27 +106,18 @@ async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::A
         }))
 }
 
-/// The page the visitor is on: the one a reply named, else the customer's
-/// `url` (and a widget page's title).
-async fn page(conn: &mut Conn, chat_id: i64, k: &Known) -> Result<Page, StoreError> {
+/// The page the visitor is on: the one a reply named (`integration`, the
+/// chat's integration data as stored), else the customer's `url` (and a
+/// widget page's title).
+fn page(integration: Option<&str>, k: &Known) -> Page {
     let (url, title) = (k.url.as_deref(), k.page_title.clone());
-    let from_reply = rows::chat_integration_text(conn, chat_id)
-        .await?
-        .and_then(|i| serde_json::from_str::<Value>(&i).ok())
+    let from_reply = integration
+        .and_then(|i| serde_json::from_str::<Value>(i).ok())
         .and_then(|i| serde_json::from_value::<Page>(i.get("page")?.clone()).ok());
-    Ok(from_reply.unwrap_or_else(|| Page {
+    from_reply.unwrap_or_else(|| Page {
         url: url.unwrap_or_default().to_owned(),
         title,
-    }))
-}
-
-async fn chat_client(
-    conn: &mut Conn,
-    chat_id: i64,
-) -> Result<Option<(i64, Option<i64>)>, StoreError> {
-    Ok(rows::chat_parties(conn, chat_id)
-        .await?
-        .map(|p| (p.client_id, p.agent_id)))
+    })
 }
 
 /// `chat_accepted` / `chat_updated` (and the base of `chat_assigned`):
@@ -147,17 +126,19 @@ pub async fn chat_event(
     conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, ChatEvent)>, StoreError> {
-    let Some((client_id, agent_id)) = chat_client(conn, chat_id).await? else {
+    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
         return Ok(None);
     };
-    let Some(k) = known(conn, client_id).await? else {
+    let Some(k) = known(conn, parties.client_id).await? else {
         return Ok(None);
     };
-    let agent = match agent_id {
-        Some(id) => agent(conn, id).await?,
-        None => None,
-    };
-    let page = page(conn, chat_id, &k).await?;
+    let agent = parties.agent.map(|a| plugin_api::webhook::Agent {
+        id: NumericId(a.id),
+        name: a.name,
+        email: a.email,
+        phone: None,
+    });
+    let page = page(parties.integration.as_deref(), &k);
     Ok(Some((
         k.channel_id,
         ChatEvent {
@@ -238,10 +219,10 @@ pub async fn chat_finished(
     conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
-    let Some((client_id, _)) = chat_client(conn, chat_id).await? else {
+    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
         return Ok(None);
     };
-    let Some(k) = known(conn, client_id).await? else {
+    let Some(k) = known(conn, parties.client_id).await? else {
         return Ok(None);
     };
     let log = rows::chat_log(conn, chat_id).await?;
@@ -305,7 +286,7 @@ pub async fn chat_finished(
         }
     }
     let rows::ChatEnd { rate, blacklisted } = rows::chat_end(conn, chat_id).await?;
-    let page = page(conn, chat_id, &k).await?;
+    let page = page(parties.integration.as_deref(), &k);
     let body = ChatFinished {
         widget_id: Some(k.widget_id),
         user_token: k.user_token,
@@ -345,10 +326,10 @@ pub async fn call_event(
     agent_id: Option<i64>,
     call: Call,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
-    let Some((client_id, _)) = chat_client(conn, chat_id).await? else {
+    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
         return Ok(None);
     };
-    let Some(k) = known(conn, client_id).await? else {
+    let Some(k) = known(conn, parties.client_id).await? else {
         return Ok(None);
     };
     let agent = match agent_id {
@@ -358,7 +339,7 @@ pub async fn call_event(
         },
         None => None,
     };
-    let page = page(conn, chat_id, &k).await?;
+    let page = page(parties.integration.as_deref(), &k);
     let body = plugin_api::webhook::CallEvent {
         chat_id: NumericId(chat_id),
         widget_id: k.widget_id,
