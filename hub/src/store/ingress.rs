@@ -838,9 +838,8 @@ mod tests {
     /// nothing of its own.
     #[tokio::test]
     async fn a_batch_writes_what_its_messages_one_by_one_would() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
-        one_batch(Store::open(&url, Durability::Normal).await.expect("store")).await;
+        let (_dir, store) = crate::store::test_sqlite().await;
+        one_batch(store).await;
     }
 
     #[tokio::test]

@@ -988,6 +988,16 @@ pub(crate) async fn deallocate_if_prepared(store: &Store, name: &str) -> bool {
     had > 0
 }
 
+/// A store on a fresh SQLite file (tests); the directory lives as long as
+/// the returned guard.
+#[cfg(test)]
+pub(crate) async fn test_sqlite() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+    let store = Store::open(&url, Durability::Normal).await.expect("store");
+    (dir, store)
+}
+
 /// Tests' custom channel `public_id`; its id.
 #[cfg(test)]
 pub(crate) async fn test_channel(store: &Store, public_id: &str) -> i64 {

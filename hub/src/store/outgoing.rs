@@ -439,9 +439,8 @@ mod tests {
     /// an earlier batch queued.
     #[tokio::test]
     async fn a_batchs_rows_of_one_chat_wait_for_each_other() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
-        rows_of_one_chat(Store::open(&url, Durability::Normal).await.expect("store")).await;
+        let (_dir, store) = crate::store::test_sqlite().await;
+        rows_of_one_chat(store).await;
     }
 
     #[tokio::test]

@@ -326,13 +326,12 @@ pub async fn chat_end(conn: &mut AnyConnection, chat_id: i64) -> Result<ChatEnd,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Durability, Store};
+    use crate::store::Store;
 
     #[tokio::test]
     async fn a_client_card_carries_its_category_and_tags_and_a_chat_its_agent_and_page() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
-        cards_and_parties(Store::open(&url, Durability::Normal).await.expect("store")).await;
+        let (_dir, store) = crate::store::test_sqlite().await;
+        cards_and_parties(store).await;
     }
 
     #[tokio::test]
