@@ -96,14 +96,17 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
 }
 
 async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::Agent>, StoreError> {
-    Ok(rows::agent(conn, id)
-        .await?
-        .map(|a| plugin_api::webhook::Agent {
-            id: NumericId(a.id),
-            name: a.name,
-            email: a.email,
-            phone: None,
-        }))
+    Ok(rows::agent(conn, id).await?.map(webhook_agent))
+}
+
+/// An agent as a payload names it.
+fn webhook_agent(a: rows::AgentRef) -> plugin_api::webhook::Agent {
+    plugin_api::webhook::Agent {
+        id: NumericId(a.id),
+        name: a.name,
+        email: a.email,
+        phone: None,
+    }
 }
 
 /// The page the visitor is on: the one a reply named (`integration`, the
@@ -132,12 +135,7 @@ pub async fn chat_event(
     let Some(k) = known(conn, parties.client_id).await? else {
         return Ok(None);
     };
-    let agent = parties.agent.map(|a| plugin_api::webhook::Agent {
-        id: NumericId(a.id),
-        name: a.name,
-        email: a.email,
-        phone: None,
-    });
+    let agent = parties.agent.map(webhook_agent);
     let page = page(parties.integration.as_deref(), &k);
     Ok(Some((
         k.channel_id,
