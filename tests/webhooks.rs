@@ -318,6 +318,80 @@ async fn chat_accepted_describes_the_visitor_the_agent_and_the_page() {
     d.stop().await;
 }
 
+/// Agents' first replies to many open chats at once (written together, as
+/// on a busy hub) accept each chat and send each its own `chat_accepted`,
+/// once: its visitor, the agent, its sequence number of its own.
+#[tokio::test]
+async fn first_replies_to_many_chats_at_once_send_each_chat_its_own_chat_accepted() {
+    const CHATS: i64 = 16;
+    let d = Desk::open().await;
+    for n in 0..CHATS {
+        let (status, body) = d
+            .hub
+            .customer(
+                &d.web,
+                json!({ "sender": { "id": 900 + n, "name": format!("Visitor {n}") },
+                        "message": { "type": "text", "text": "hello" } }),
+            )
+            .await;
+        assert_eq!(status, 200, "customer {n}: {body}");
+    }
+    let chats: Vec<i64> = d
+        .ann
+        .chats()
+        .await
+        .iter()
+        .filter_map(|c| c["id"].as_i64())
+        .collect();
+    assert_eq!(chats.len() as i64, CHATS);
+    let mut names = std::collections::HashMap::new();
+    for chat in &chats {
+        let view = d.chat_view(*chat).await;
+        names.insert(*chat, view["client"]["name"].clone());
+    }
+    let replies = chats.iter().map(|chat| d.ann.reply(*chat, "on it"));
+    futures_util::future::join_all(replies).await;
+
+    d.wait_for("chat_accepted", chats.len()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let accepted: Vec<Value> = d.got("chat_accepted").iter().map(Recorded::json).collect();
+    let mut seen: Vec<i64> = accepted
+        .iter()
+        .map(|e| e["chat_id"].as_i64().expect("chat_id"))
+        .collect();
+    seen.sort_unstable();
+    let mut expected = chats.clone();
+    expected.sort_unstable();
+    assert_eq!(seen, expected, "one chat_accepted per chat, each once");
+    let mut sequences = Vec::new();
+    for e in &accepted {
+        let chat = e["chat_id"].as_i64().expect("chat_id");
+        assert_chat_base(e, &d.web.public_id, chat);
+        assert_eq!(
+            e["visitor"]["name"], names[&chat],
+            "chat {chat}'s own visitor"
+        );
+        assert_eq!(
+            e["agent"],
+            json!({ "id": d.ann.id, "name": "Ann", "email": "ann@example.com" })
+        );
+        sequences.push(e["sequence"].as_i64().expect("sequence"));
+    }
+    sequences.sort_unstable();
+    sequences.dedup();
+    assert_eq!(sequences.len(), chats.len(), "a number of its own each");
+    for chat in &chats {
+        let view = d.chat_view(*chat).await;
+        assert_eq!(view["chat"]["state"], "accepted", "chat {chat}: {view}");
+        assert_eq!(
+            view["chat"]["agent_id"],
+            json!(d.ann.id),
+            "chat {chat}: {view}"
+        );
+    }
+    d.stop().await;
+}
+
 #[tokio::test]
 async fn chat_updated_fires_when_a_customer_message_brings_new_contact_details() {
     let d = Desk::open().await;

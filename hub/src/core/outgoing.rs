@@ -16,7 +16,7 @@ use crate::core::error::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
-use crate::store::chats::set_chat_state;
+use crate::store::chats::accept_chats;
 use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
     MAX_OUTGOING, OutgoingWrite, chats_by_ids, chats_read, write_outgoing,
@@ -78,6 +78,8 @@ impl BatchWrite for Outgoing {
         let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
         let mut chats: HashMap<i64, Chat> = chats_by_ids(conn, &ids, first).await?;
         let mut decided = Vec::with_capacity(jobs.len());
+        // (chat, agent, time) of each chat an agent's reply accepts.
+        let mut accepts: Vec<(i64, i64, i64)> = Vec::new();
         for job in jobs.iter() {
             let now = job.write.now;
             let Some(chat) = chats.get_mut(&job.write.chat_id) else {
@@ -90,8 +92,7 @@ impl BatchWrite for Outgoing {
             }
             let accepted = match job.agent {
                 Some(agent) if chat.state == ChatState::Open => {
-                    set_chat_state(conn, chat.id, ChatState::Accepted, Some(agent), now).await?;
-                    webhooks::queue_chat_event(conn, chat.id, true, now).await?;
+                    accepts.push((chat.id, agent, now));
                     chat.state = ChatState::Accepted;
                     chat.agent_id = Some(agent);
                     chat.accepted_at = Some(now);
@@ -104,13 +105,24 @@ impl BatchWrite for Outgoing {
             }
             decided.push(Ok((chat.clone(), accepted)));
         }
+        // The accepts of the whole batch in a constant number of statements:
+        // their chats' state, then their `chat_accepted` webhooks written
+        // with the messages.
+        let queued = if accepts.is_empty() {
+            Vec::new()
+        } else {
+            accept_chats(conn, &accepts).await?;
+            let accepted: Vec<(i64, i64)> =
+                accepts.iter().map(|(chat, _, now)| (*chat, *now)).collect();
+            webhooks::chat_event_rows(conn, &accepted, true).await?
+        };
         let writes: Vec<&OutgoingWrite> = jobs
             .iter()
             .zip(&decided)
             .filter(|(_, d)| d.is_ok())
             .map(|(j, _)| &j.write)
             .collect();
-        let mut message_ids = write_outgoing(conn, &writes).await?.into_iter();
+        let mut message_ids = write_outgoing(conn, &writes, &queued).await?.into_iter();
         let mut results = Vec::with_capacity(jobs.len());
         for (job, decided) in jobs.iter().zip(decided) {
             let result = match decided {

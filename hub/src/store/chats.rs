@@ -542,6 +542,42 @@ pub async fn set_chat_state(
     Ok(())
 }
 
+/// Marks the open chats of `accepts` (chat, agent, time) accepted by their
+/// agents, in one statement however many (an agent batch's first replies).
+pub async fn accept_chats(
+    conn: &mut AnyConnection,
+    accepts: &[(i64, i64, i64)],
+) -> Result<(), StoreError> {
+    if accepts.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<[i64; 3]> = accepts.iter().map(|&(c, a, t)| [c, a, t]).collect();
+    sqlx::query(accept_chats_sql(super::is_postgres(conn)))
+        .bind(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
+        .bind(accepts.len() as i64)
+        .execute(conn)
+        .await
+        .ctx("accepting chats")?;
+    Ok(())
+}
+
+/// [`accept_chats`]' statement: `$1` a JSON array of `[chat, agent, time]`,
+/// `$2` how many. On PostgreSQL the chats are found by key (`= ANY`)
+/// whatever plan the server keeps.
+pub(super) fn accept_chats_sql(postgres: bool) -> &'static str {
+    if postgres {
+        "UPDATE chats SET state = 'accepted', agent_id = x.agent, accepted_at = x.at \
+         FROM (SELECT (v->>0)::BIGINT AS chat, (v->>1)::BIGINT AS agent, (v->>2)::BIGINT AS at \
+         FROM json_array_elements($1::JSON) v LIMIT $2) x \
+         WHERE chats.id = x.chat AND chats.id = ANY (ARRAY(SELECT (v->>0)::BIGINT \
+         FROM json_array_elements($1::JSON) v LIMIT $2))"
+    } else {
+        "UPDATE chats SET state = 'accepted', agent_id = x.agent, accepted_at = x.at \
+         FROM (SELECT value ->> 0 AS chat, value ->> 1 AS agent, value ->> 2 AS at \
+         FROM json_each($1) LIMIT $2) x WHERE chats.id = x.chat"
+    }
+}
+
 pub async fn set_message_delivery(
     conn: &mut AnyConnection,
     message_id: i64,

@@ -44,6 +44,66 @@ pub struct OutgoingWrite {
     pub now: i64,
 }
 
+/// Another row the batch queues with its messages (a webhook its messages
+/// caused: the `chat_accepted` of a chat an agent's reply accepted): its
+/// event-log row and its outbox row.
+#[derive(Debug)]
+pub struct Queued {
+    pub event: Event,
+    pub delivery: NewDelivery,
+    pub now: i64,
+}
+
+/// One row of the batch's table: a message (or typing notice) or a
+/// [`Queued`] row, which has no message.
+struct Row<'a> {
+    uid: Option<&'a str>,
+    chat: Option<i64>,
+    author: Option<&'a str>,
+    agent: Option<i64>,
+    body: Option<&'a str>,
+    dstate: &'static str,
+    now: i64,
+    event: &'a Event,
+    /// `None` when a plugin answered the message.
+    delivery: Option<&'a NewDelivery>,
+}
+
+impl<'a> Row<'a> {
+    fn message(item: &'a OutgoingWrite) -> Row<'a> {
+        let state = if item.answered {
+            DeliveryState::Delivered
+        } else {
+            DeliveryState::Pending
+        };
+        Row {
+            uid: Some(&item.uid),
+            chat: Some(item.chat_id),
+            author: Some(item.author.as_str()),
+            agent: item.agent_id,
+            body: item.body.as_deref(),
+            dstate: state.as_str(),
+            now: item.now,
+            event: &item.event,
+            delivery: (!item.answered).then_some(&item.delivery),
+        }
+    }
+
+    fn queued(q: &'a Queued) -> Row<'a> {
+        Row {
+            uid: None,
+            chat: q.delivery.chat_id.or(q.event.chat_id),
+            author: None,
+            agent: None,
+            body: None,
+            dstate: DeliveryState::Pending.as_str(),
+            now: q.now,
+            event: &q.event,
+            delivery: Some(&q.delivery),
+        }
+    }
+}
+
 /// PostgreSQL: the chats' read, sent with the begin of the batch's
 /// transaction ([`Store::begin_row_write_reading`]); its rows go to
 /// [`chats_by_ids`].
@@ -104,42 +164,59 @@ pub(super) fn chats_sql(postgres: bool) -> &'static str {
     cell.get_or_init(|| format!("SELECT {CHAT_COLUMNS} FROM chats WHERE id {ids}"))
 }
 
-/// Stores `items` in order in the caller's transaction; the id of each
-/// stored message (`None` for typing).
+/// Stores `queued`, then `items` in order, in the caller's transaction;
+/// the id of each stored message of `items` (`None` for typing). The
+/// order keys of `queued`'s rows are locked here; those of `items` the
+/// caller locked as its transaction began.
 pub async fn write_outgoing(
     conn: &mut AnyConnection,
     items: &[&OutgoingWrite],
+    queued: &[Queued],
 ) -> Result<Vec<Option<i64>>, StoreError> {
-    if items.is_empty() {
+    if items.is_empty() && queued.is_empty() {
         return Ok(Vec::new());
     }
+    let keys: Vec<&str> = queued
+        .iter()
+        .filter_map(|q| q.delivery.order_key.as_deref())
+        .collect();
+    super::locks::chats(conn, &[], &keys).await?;
+    let rows: Vec<Row> = queued
+        .iter()
+        .map(Row::queued)
+        .chain(items.iter().map(|item| Row::message(item)))
+        .collect();
     let ids: Vec<(i64, Option<i64>)> = if is_postgres(conn) {
-        write_postgres(conn, items).await?
+        write_postgres(conn, &rows).await?
     } else {
-        write_sqlite(conn, items).await?
+        write_sqlite(conn, &rows).await?
     };
-    if ids.len() != items.len() {
+    if ids.len() != rows.len() {
         return Err(StoreError::Corrupt(format!(
-            "the batch script returned {} results for {} messages",
+            "the batch script returned {} results for {} rows",
             ids.len(),
-            items.len()
+            rows.len()
         )));
     }
-    Ok(ids.into_iter().map(|(_, id)| id).collect())
+    Ok(ids
+        .into_iter()
+        .skip(queued.len())
+        .map(|(_, id)| id)
+        .collect())
 }
 
 /// SQLite: the batch as one script over a temporary table; `[ord, message
-/// id]` per item, in order.
+/// id]` per row, in order.
 async fn write_sqlite(
     conn: &mut AnyConnection,
-    items: &[&OutgoingWrite],
+    rows: &[Row<'_>],
 ) -> Result<Vec<(i64, Option<i64>)>, StoreError> {
-    let slots = slots_for(items.len());
+    let slots = slots_for(rows.len());
     let mut query = sqlx::query(SCRIPTS.get(slots));
-    for (ord, item) in items.iter().enumerate() {
-        query = bind_row(query, ord, item);
+    for (ord, row) in rows.iter().enumerate() {
+        query = bind_row(query, ord, row);
     }
-    let query = pad_slots(query, COLUMNS, items.len(), slots);
+    let query = pad_slots(query, COLUMNS, rows.len(), slots);
     let statements = run(conn, query, WHAT).await?;
     json_cell(statements.get(RESULT_STATEMENT), 0)
 }
@@ -151,34 +228,32 @@ async fn write_sqlite(
 /// queued before the statement or earlier in the batch.
 async fn write_postgres(
     conn: &mut AnyConnection,
-    items: &[&OutgoingWrite],
+    rows: &[Row<'_>],
 ) -> Result<Vec<(i64, Option<i64>)>, StoreError> {
-    let rows: Vec<serde_json::Value> = items
+    let json: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
-        .map(|(ord, item)| {
-            let (e, d) = (&item.event, &item.delivery);
-            let state = if item.answered {
-                DeliveryState::Delivered
-            } else {
-                DeliveryState::Pending
-            };
+        .map(|(ord, r)| {
+            let e = r.event;
+            let d = r.delivery;
             serde_json::json!({
-                "ord": ord, "uid": item.uid, "chat": item.chat_id,
-                "author": item.author.as_str(), "agent": item.agent_id, "body": item.body,
-                "dstate": state.as_str(), "now": item.now, "eid": e.id.to_string(),
+                "ord": ord, "uid": r.uid, "chat": r.chat,
+                "author": r.author, "agent": r.agent, "body": r.body,
+                "dstate": r.dstate, "now": r.now, "eid": e.id.to_string(),
                 "kind": e.kind.as_str(), "dir": e.direction.as_str(), "ch": e.channel_id,
                 "payload": e.payload.to_string(), "at": e.at,
-                "oid": (!item.answered).then(|| d.id.to_string()),
-                "oevent": d.event_id.to_string(), "okind": d.kind, "policy": d.policy,
-                "url": d.target_url, "obody": d.body, "chunked": i64::from(d.chunked),
-                "okey": d.order_key, "staged": i64::from(d.staged), "secret": d.secret,
+                "oid": d.map(|d| d.id.to_string()),
+                "oevent": d.map(|d| d.event_id.to_string()), "okind": d.map(|d| &d.kind),
+                "policy": d.map(|d| &d.policy), "url": d.map(|d| &d.target_url),
+                "obody": d.map(|d| &d.body), "chunked": d.map(|d| i64::from(d.chunked)),
+                "okey": d.and_then(|d| d.order_key.as_deref()),
+                "staged": d.map(|d| i64::from(d.staged)), "secret": d.and_then(|d| d.secret.as_deref()),
             })
         })
         .collect();
     let query = sqlx::query(PG_SCRIPT)
-        .bind(serde_json::Value::Array(rows).to_string())
-        .bind(items.len() as i64);
+        .bind(serde_json::Value::Array(json).to_string())
+        .bind(rows.len() as i64);
     let statements = run(conn, query, WHAT).await?;
     json_cell(statements.first(), 0)
 }
@@ -213,23 +288,18 @@ const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS
 
 const COLUMNS: usize = 24;
 
-fn bind_row<'q>(query: Query<'q>, ord: usize, item: &OutgoingWrite) -> Query<'q> {
-    let e = &item.event;
-    let d = &item.delivery;
-    let state = if item.answered {
-        DeliveryState::Delivered
-    } else {
-        DeliveryState::Pending
-    };
+fn bind_row<'q>(query: Query<'q>, ord: usize, r: &Row<'_>) -> Query<'q> {
+    let e = r.event;
+    let d = r.delivery;
     query
         .bind(ord as i64)
-        .bind(item.uid.clone())
-        .bind(item.chat_id)
-        .bind(item.author.as_str())
-        .bind(item.agent_id)
-        .bind(item.body.clone())
-        .bind(state.as_str())
-        .bind(item.now)
+        .bind(r.uid.map(str::to_owned))
+        .bind(r.chat)
+        .bind(r.author.map(str::to_owned))
+        .bind(r.agent)
+        .bind(r.body.map(str::to_owned))
+        .bind(r.dstate)
+        .bind(r.now)
         .bind(e.id.to_string())
         .bind(e.kind.as_str().to_owned())
         .bind(e.direction.as_str())
@@ -237,16 +307,16 @@ fn bind_row<'q>(query: Query<'q>, ord: usize, item: &OutgoingWrite) -> Query<'q>
         .bind(e.payload.to_string())
         .bind(e.at)
         // The outbox row, unless a plugin answered.
-        .bind((!item.answered).then(|| d.id.to_string()))
-        .bind(d.event_id.to_string())
-        .bind(d.kind.clone())
-        .bind(d.policy.clone())
-        .bind(d.target_url.clone())
-        .bind(d.body.clone())
-        .bind(i64::from(d.chunked))
-        .bind(d.order_key.clone())
-        .bind(i64::from(d.staged))
-        .bind(d.secret.clone())
+        .bind(d.map(|d| d.id.to_string()))
+        .bind(d.map(|d| d.event_id.to_string()))
+        .bind(d.map(|d| d.kind.clone()))
+        .bind(d.map(|d| d.policy.clone()))
+        .bind(d.map(|d| d.target_url.clone()))
+        .bind(d.map(|d| d.body.clone()))
+        .bind(d.map(|d| i64::from(d.chunked)))
+        .bind(d.and_then(|d| d.order_key.clone()))
+        .bind(d.map(|d| i64::from(d.staged)))
+        .bind(d.and_then(|d| d.secret.clone()))
 }
 
 /// Index of the statement of the script whose row is the result.
@@ -342,8 +412,9 @@ mod tests {
         }
     }
 
-    /// On PostgreSQL an agent-message batch, the chats it reads and the
-    /// delivery results after it find their rows by key whatever plan the
+    /// On PostgreSQL an agent-message batch, the chats it reads (and
+    /// accepts, with their webhooks' payloads) and the delivery results
+    /// after it find their rows by key whatever plan the
     /// server keeps (these statements are prepared once and their plans
     /// kept): a plan made while the tables were small and analyzed as such
     /// (a new database) still reads no table whole once thousands of chats,
@@ -416,6 +487,16 @@ mod tests {
                 format!("{}, 1", quoted(&format!("[{chat}]"))),
             ),
             (
+                "accepting their chats",
+                crate::store::chats::accept_chats_sql(true).to_owned(),
+                format!("{}, 1", quoted(&format!("[[{chat}, 1, 1]]"))),
+            ),
+            (
+                "the accepted chats' webhook payloads",
+                crate::store::webhooks::chat_cards_sql(true).to_owned(),
+                format!("{}, 1", quoted(&format!("[{chat}]"))),
+            ),
+            (
                 "delivery results",
                 crate::store::outbox::PG_FINISH.to_owned(),
                 format!("{}, 1", quoted(&results)),
@@ -452,7 +533,7 @@ mod tests {
     async fn rows_of_one_chat(store: Store) {
         let rows = [typing(1), typing(2), typing(1), typing(1)];
         let mut w = store.begin_write().await.expect("write");
-        write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>())
+        write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>(), &[])
             .await
             .expect("write");
         w.commit().await.expect("commit");
@@ -466,7 +547,9 @@ mod tests {
         assert_eq!(claim(&store).await, ids(&[&rows[0], &rows[1]]));
         let later = typing(2);
         let mut w = store.begin_write().await.expect("write");
-        write_outgoing(&mut w.tx, &[&later]).await.expect("write");
+        write_outgoing(&mut w.tx, &[&later], &[])
+            .await
+            .expect("write");
         w.commit().await.expect("commit");
         assert!(
             claim(&store).await.is_empty(),

@@ -4,6 +4,7 @@
 //! a payload is read in the transaction that queues it; the payloads
 //! themselves are built in `core::webhooks::payload`.
 
+use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, StoreError};
@@ -24,6 +25,37 @@ pub async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> 
         .await
         .ctx("numbering a webhook")?;
     Ok(row.0)
+}
+
+/// `count` webhook sequence numbers at once, ascending, for a batch that
+/// queues that many webhooks (one statement whatever the count; the same
+/// guarantees as [`next_sequence`]).
+pub async fn next_sequences(
+    conn: &mut AnyConnection,
+    count: usize,
+) -> Result<Vec<i64>, StoreError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let count = count as i64;
+    if super::is_postgres(conn) {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT nextval('webhook_sequence') FROM generate_series(1, $1) ORDER BY 1",
+        )
+        .bind(count)
+        .fetch_all(conn)
+        .await
+        .ctx("numbering webhooks")?;
+        return Ok(rows.into_iter().map(|(n,)| n).collect());
+    }
+    let (last,): (i64,) = sqlx::query_as(
+        "UPDATE counters SET value = value + $1 WHERE name = 'webhook_sequence' RETURNING value",
+    )
+    .bind(count)
+    .fetch_one(conn)
+    .await
+    .ctx("numbering webhooks")?;
+    Ok((last - count + 1..=last).collect())
 }
 
 /// A channel's event webhook receiver as stored (an empty URL is kept).
@@ -54,6 +86,8 @@ pub struct ClientCard {
     pub channel_id: i64,
     /// The channel's `public_id` (the payloads' `widget_id`).
     pub public_id: String,
+    /// The channel's event webhook receiver.
+    pub receiver: ChannelReceiver,
     pub name: Option<String>,
     pub email: Option<String>,
     pub phone: Option<String>,
@@ -97,7 +131,10 @@ pub async fn client_card(
         .fetch_optional(conn)
         .await
         .ctx("reading a client for a webhook")?;
-    let Some(row) = row else { return Ok(None) };
+    row.as_ref().map(card_from_row).transpose()
+}
+
+fn card_from_row(row: &AnyRow) -> Result<ClientCard, StoreError> {
     let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a client");
     let number = |c: &str| row.try_get::<Option<i64>, _>(c).ctx("reading a client");
     let status = match (number("status_ref")?, text("status_title")?) {
@@ -109,9 +146,13 @@ pub async fn client_card(
             .map_err(|e| StoreError::Corrupt(format!("a client's tags as read: {e}")))?,
         None => Vec::new(),
     };
-    Ok(Some(ClientCard {
+    Ok(ClientCard {
         channel_id: row.try_get("channel_id").ctx("reading a client")?,
         public_id: row.try_get("public_id").ctx("reading a client")?,
+        receiver: ChannelReceiver {
+            url: text("webhook_url")?,
+            secret: text("webhook_secret")?,
+        },
         name: text("name")?,
         email: text("email")?,
         phone: text("phone")?,
@@ -133,45 +174,131 @@ pub async fn client_card(
             .into_iter()
             .map(|(id, title)| Titled { id, title })
             .collect(),
-    }))
+    })
 }
 
 /// [`client_card`]'s statement: `$1` the client's id.
 fn client_card_sql(postgres: bool) -> &'static str {
     static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let (cell, tags) = if postgres {
-        (
-            &POSTGRES,
-            "CAST(json_agg(json_build_array(t.id, t.title) ORDER BY t.id) AS TEXT)",
-        )
-    } else {
-        (
-            &SQLITE,
-            "json_group_array(json_array(t.id, t.title) ORDER BY t.id)",
-        )
-    };
+    let cell = if postgres { &POSTGRES } else { &SQLITE };
     cell.get_or_init(|| {
-        let category = |column: &str| {
-            format!(
-                "CASE WHEN c.status_id IS NULL THEN (SELECT s.{column} FROM crm_statuses s \
-                 WHERE s.is_default = 1 ORDER BY s.position LIMIT 1) \
-                 ELSE (SELECT s.{column} FROM crm_statuses s WHERE s.id = c.status_id) END"
-            )
-        };
         format!(
-            "SELECT c.channel_id, ch.public_id, c.name, c.email, c.phone, c.url, c.description, \
-             c.user_token, c.attributes, c.organization_id, c.status_id, c.assigned_agent_id, \
-             c.visitor_number, (SELECT COUNT(*) FROM chats WHERE client_id = c.id) AS chats_count, \
-             c.page_title, c.utm_json, c.ip, c.user_agent, c.geoip_json, \
-             {} AS status_ref, {} AS status_title, \
-             (SELECT {tags} FROM crm_client_tags ct JOIN crm_tags t ON t.id = ct.tag_id \
-             WHERE ct.client_id = c.id) AS tags \
-             FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
-            category("id"),
-            category("title"),
+            "SELECT {} FROM clients c JOIN channels ch ON ch.id = c.channel_id WHERE c.id = $1",
+            card_columns(postgres)
         )
     })
+}
+
+/// A client card's columns over `clients c` and `channels ch`.
+fn card_columns(postgres: bool) -> String {
+    let tags = if postgres {
+        "CAST(json_agg(json_build_array(t.id, t.title) ORDER BY t.id) AS TEXT)"
+    } else {
+        "json_group_array(json_array(t.id, t.title) ORDER BY t.id)"
+    };
+    let category = |column: &str| {
+        format!(
+            "CASE WHEN c.status_id IS NULL THEN (SELECT s.{column} FROM crm_statuses s \
+             WHERE s.is_default = 1 ORDER BY s.position LIMIT 1) \
+             ELSE (SELECT s.{column} FROM crm_statuses s WHERE s.id = c.status_id) END"
+        )
+    };
+    format!(
+        "c.channel_id, ch.public_id, ch.webhook_url, ch.webhook_secret, c.name, c.email, \
+         c.phone, c.url, c.description, c.user_token, c.attributes, c.organization_id, \
+         c.status_id, c.assigned_agent_id, c.visitor_number, \
+         (SELECT COUNT(*) FROM chats n WHERE n.client_id = c.id) AS chats_count, \
+         c.page_title, c.utm_json, c.ip, c.user_agent, c.geoip_json, \
+         {} AS status_ref, {} AS status_title, \
+         (SELECT {tags} FROM crm_client_tags ct JOIN crm_tags t ON t.id = ct.tag_id \
+         WHERE ct.client_id = c.id) AS tags",
+        category("id"),
+        category("title"),
+    )
+}
+
+/// A chat as its webhooks describe it: who it is between, with the
+/// client's card.
+#[derive(Debug, Clone)]
+pub struct ChatCard {
+    pub chat_id: i64,
+    pub parties: ChatParties,
+    pub card: ClientCard,
+}
+
+/// The chats `chat_ids` (those that exist, in no particular order) for
+/// their webhook payloads: one statement however many, so a batch that
+/// accepts several chats reads them all in one round trip.
+pub async fn chat_cards(
+    conn: &mut AnyConnection,
+    chat_ids: &[i64],
+) -> Result<Vec<ChatCard>, StoreError> {
+    if chat_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(chat_cards_sql(super::is_postgres(conn)))
+        .bind(serde_json::to_string(chat_ids).unwrap_or_else(|_| "[]".to_owned()))
+        .bind(chat_ids.len() as i64)
+        .fetch_all(conn)
+        .await
+        .ctx("reading chats for webhooks")?;
+    rows.iter()
+        .map(|row| {
+            let number = |c: &str| row.try_get::<Option<i64>, _>(c).ctx("reading a chat");
+            let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a chat");
+            let agent = match (
+                number("agent_ref")?,
+                text("agent_name")?,
+                text("agent_email")?,
+            ) {
+                (Some(id), Some(name), Some(email)) => Some(AgentRef { id, name, email }),
+                _ => None,
+            };
+            let card = card_from_row(row)?;
+            Ok(ChatCard {
+                chat_id: row.try_get("chat_ref").ctx("reading a chat")?,
+                parties: ChatParties {
+                    client_id: row.try_get("client_ref").ctx("reading a chat")?,
+                    agent,
+                    integration: text("chat_integration")?,
+                },
+                card,
+            })
+        })
+        .collect()
+}
+
+/// [`chat_cards`]' statement: `$1` the chats' ids as a JSON array, `$2`
+/// how many. On PostgreSQL each chat is one lookup by key (`LATERAL`):
+/// joined as a set, a kept plan may hash every client of the database for
+/// a batch of a few chats.
+pub(super) fn chat_cards_sql(postgres: bool) -> &'static str {
+    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let one = |id: &str| {
+        format!(
+            "SELECT k.id AS chat_ref, k.client_id AS client_ref, \
+             k.integration AS chat_integration, a.id AS agent_ref, a.name AS agent_name, \
+             a.email AS agent_email, {} \
+             FROM chats k JOIN clients c ON c.id = k.client_id \
+             JOIN channels ch ON ch.id = c.channel_id LEFT JOIN agents a ON a.id = k.agent_id \
+             WHERE k.id {id}",
+            card_columns(postgres)
+        )
+    };
+    if postgres {
+        POSTGRES.get_or_init(|| {
+            format!(
+                "SELECT x.* FROM (SELECT value::BIGINT AS id \
+                 FROM json_array_elements_text($1::JSON) LIMIT $2) v \
+                 CROSS JOIN LATERAL ({} LIMIT 1) x",
+                one("= v.id")
+            )
+        })
+    } else {
+        SQLITE.get_or_init(|| one("IN (SELECT value FROM json_each($1) LIMIT $2)"))
+    }
 }
 
 /// An organization: id and name.
@@ -228,38 +355,6 @@ pub struct ChatParties {
     /// The chat's agent, if it has one and the agent exists.
     pub agent: Option<AgentRef>,
     pub integration: Option<String>,
-}
-
-/// One statement, for the same reason as [`client_card`]'s.
-pub async fn chat_parties(
-    conn: &mut AnyConnection,
-    chat_id: i64,
-) -> Result<Option<ChatParties>, StoreError> {
-    type Parties = (
-        i64,
-        Option<String>,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-    );
-    let row: Option<Parties> = sqlx::query_as(
-        "SELECT c.client_id, c.integration, a.id, a.name, a.email \
-         FROM chats c LEFT JOIN agents a ON a.id = c.agent_id WHERE c.id = $1",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
-    .ctx("reading a chat")?;
-    Ok(
-        row.map(|(client_id, integration, id, name, email)| ChatParties {
-            client_id,
-            agent: match (id, name, email) {
-                (Some(id), Some(name), Some(email)) => Some(AgentRef { id, name, email }),
-                _ => None,
-            },
-            integration,
-        }),
-    )
 }
 
 /// One message of a chat log.
@@ -425,10 +520,17 @@ mod tests {
                 .is_none()
         );
 
-        let parties = chat_parties(&mut w.tx, answered)
+        let cards = chat_cards(&mut w.tx, &[waiting + 100, answered, waiting])
             .await
-            .expect("read")
-            .expect("a chat");
+            .expect("read");
+        assert_eq!(cards.len(), 2, "the chats that exist");
+        let card = |chat: i64| {
+            cards
+                .iter()
+                .find(|c| c.chat_id == chat)
+                .unwrap_or_else(|| panic!("chat {chat}"))
+        };
+        let parties = &card(answered).parties;
         assert_eq!(parties.client_id, tagged);
         assert_eq!(
             parties.agent,
@@ -438,17 +540,25 @@ mod tests {
                 email: "ann@example.com".into()
             })
         );
-        assert!(parties.integration.is_some_and(|i| i.contains("/cart")));
-        let parties = chat_parties(&mut w.tx, waiting)
-            .await
-            .expect("read")
-            .expect("a chat");
-        assert_eq!((parties.agent, parties.integration), (None, None));
         assert!(
-            chat_parties(&mut w.tx, waiting + 100)
-                .await
-                .expect("read")
-                .is_none()
+            parties
+                .integration
+                .as_deref()
+                .is_some_and(|i| i.contains("/cart"))
         );
+        let titles: Vec<&str> = card(answered)
+            .card
+            .tags
+            .iter()
+            .map(|t| t.title.as_str())
+            .collect();
+        assert_eq!(titles, ["vip", "beta"], "the client's card with the chat");
+        let waiting = card(waiting);
+        assert_eq!(waiting.parties.client_id, plain);
+        assert_eq!(
+            (&waiting.parties.agent, &waiting.parties.integration),
+            (&None, &None)
+        );
+        assert_eq!(waiting.card.status.as_ref().expect("default").title, "New");
     }
 }

@@ -15,6 +15,7 @@ use crate::config::CrmConfig;
 use crate::event::{Direction, Event, EventKind};
 use crate::store::events::insert_event;
 use crate::store::outbox::enqueue;
+use crate::store::outgoing::Queued;
 use crate::store::{Conn, NewDelivery, StoreError, webhooks as rows};
 
 /// Outbox `kind`s of webhooks start with these; delivery results of them are
@@ -79,12 +80,19 @@ pub async fn queue(
     to: &Receiver,
     now: i64,
 ) -> Result<uuid::Uuid, StoreError> {
+    let sequence = rows::next_sequence(conn).await?;
+    let row = stamp(out, to, sequence, now);
+    insert_event(conn, &row.event).await?;
+    enqueue(conn, &row.delivery, now).await?;
+    Ok(row.delivery.id)
+}
+
+/// `out` as the rows that queue it: its event with its place in the order
+/// (`sequence`, the time), and its outbox row.
+fn stamp(out: Outgoing, to: &Receiver, sequence: i64, now: i64) -> Queued {
     let mut payload = out.payload;
     if let Some(fields) = payload.as_object_mut() {
-        fields.insert(
-            SEQUENCE_FIELD.to_owned(),
-            rows::next_sequence(conn).await?.into(),
-        );
+        fields.insert(SEQUENCE_FIELD.to_owned(), sequence.into());
         fields.insert(TIME_FIELD.to_owned(), (now / 1000).into());
     }
     let mut event = Event::new(out.kind, Direction::Out, payload);
@@ -94,7 +102,6 @@ pub async fn queue(
         event.kind.as_str(),
         "webhook.chat_accepted" | "webhook.chat_updated"
     );
-    insert_event(conn, &event).await?;
     // A chat's webhooks reach the receiver in the order they happened; so do
     // a client's snapshots of each kind and CRM webhooks (which rows share an
     // order: `NewDelivery::event_webhook`). The order holds for a bounded
@@ -115,8 +122,11 @@ pub async fn queue(
             to.secret.clone(),
         )
     };
-    enqueue(conn, &delivery, now).await?;
-    Ok(delivery.id)
+    Queued {
+        event,
+        delivery,
+        now,
+    }
 }
 
 /// Queues a CRM webhook `{site_id, event_type, event}` for the CRM's receiver.
@@ -149,13 +159,20 @@ pub async fn queue_crm(
 
 /// The event webhook receiver of a channel.
 pub async fn channel_receiver(conn: &mut Conn, channel_id: i64) -> Result<Receiver, StoreError> {
-    Ok(match rows::channel_receiver(conn, channel_id).await? {
-        Some(rows::ChannelReceiver { url, secret }) => Receiver {
+    Ok(rows::channel_receiver(conn, channel_id)
+        .await?
+        .map(Receiver::from)
+        .unwrap_or_default())
+}
+
+impl From<rows::ChannelReceiver> for Receiver {
+    /// An empty URL is no URL.
+    fn from(rows::ChannelReceiver { url, secret }: rows::ChannelReceiver) -> Receiver {
+        Receiver {
             url: url.filter(|u| !u.is_empty()),
             secret,
-        },
-        None => Receiver::default(),
-    })
+        }
+    }
 }
 
 /// Queues an event webhook for the receiver of `channel_id`.
@@ -238,15 +255,50 @@ pub async fn queue_chat_event(
     accepted: bool,
     now: i64,
 ) -> Result<(), StoreError> {
-    let Some((channel_id, body)) = payload::chat_event(conn, chat_id).await? else {
-        return Ok(());
-    };
-    let event = if accepted {
-        WebhookEvent::ChatAccepted(body)
-    } else {
-        WebhookEvent::ChatUpdated(body)
-    };
-    queue_event(conn, channel_id, Some(chat_id), event, now).await
+    for row in chat_event_rows(conn, &[(chat_id, now)], accepted).await? {
+        insert_event(conn, &row.event).await?;
+        enqueue(conn, &row.delivery, now).await?;
+    }
+    Ok(())
+}
+
+/// `chat_accepted` (or `chat_updated`) for each of `chats` (chat id, time
+/// of the change) as the rows that queue them, for the caller to write
+/// with its batch in its transaction (`store::outgoing::write_outgoing`):
+/// the payloads read and the sequence numbers taken in two statements
+/// however many chats (a chat that no longer exists has none).
+pub async fn chat_event_rows(
+    conn: &mut Conn,
+    chats: &[(i64, i64)],
+    accepted: bool,
+) -> Result<Vec<Queued>, StoreError> {
+    let ids: Vec<i64> = chats.iter().map(|(chat, _)| *chat).collect();
+    let mut events = payload::chat_events(conn, &ids).await?;
+    // In the callers' order, so the numbers follow it.
+    events.sort_by_key(|e| ids.iter().position(|id| *id == e.chat_id));
+    let sequences = rows::next_sequences(conn, events.len()).await?;
+    let mut queued = Vec::with_capacity(events.len());
+    for (e, sequence) in events.into_iter().zip(sequences) {
+        let now = chats
+            .iter()
+            .find(|(chat, _)| *chat == e.chat_id)
+            .map_or(0, |(_, now)| *now);
+        let event = if accepted {
+            WebhookEvent::ChatAccepted(e.body)
+        } else {
+            WebhookEvent::ChatUpdated(e.body)
+        };
+        let out = Outgoing {
+            kind: EventKind::from(format!("{EVENT_PREFIX}{}", event.event_name())),
+            payload: serde_json::to_value(&event)
+                .map_err(|err| StoreError::Corrupt(format!("cannot encode a webhook: {err}")))?,
+            channel_id: Some(e.channel_id),
+            chat_id: Some(e.chat_id),
+            client_id: None,
+        };
+        queued.push(stamp(out, &Receiver::from(e.receiver), sequence, now));
+    }
+    Ok(queued)
 }
 
 #[cfg(test)]

@@ -31,9 +31,15 @@ struct Known {
 }
 
 async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreError> {
-    let Some(card) = rows::client_card(conn, client_id).await? else {
-        return Ok(None);
-    };
+    match rows::client_card(conn, client_id).await? {
+        Some(card) => known_of(conn, card).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// What a client card says, with the organization and assigned agent it
+/// names (a statement each, only when it names them).
+async fn known_of(conn: &mut Conn, card: rows::ClientCard) -> Result<Known, StoreError> {
     let visitor = Visitor {
         name: card.name,
         email: card.email,
@@ -92,7 +98,7 @@ async fn known(conn: &mut Conn, client_id: i64) -> Result<Option<Known>, StoreEr
             title,
         })
         .collect();
-    Ok(Some(known))
+    Ok(known)
 }
 
 async fn agent(conn: &mut Conn, id: i64) -> Result<Option<plugin_api::webhook::Agent>, StoreError> {
@@ -123,39 +129,80 @@ fn page(integration: Option<&str>, k: &Known) -> Page {
     })
 }
 
+/// A chat and its client, as the chat's webhooks describe them: `None` if
+/// the chat does not exist.
+async fn chat_known(
+    conn: &mut Conn,
+    chat_id: i64,
+) -> Result<Option<(rows::ChatParties, Known)>, StoreError> {
+    match rows::chat_cards(conn, &[chat_id]).await?.pop() {
+        Some(c) => Ok(Some((c.parties, known_of(conn, c.card).await?))),
+        None => Ok(None),
+    }
+}
+
+/// A `chat_accepted` / `chat_updated` payload and where it goes.
+#[derive(Debug)]
+pub struct ChatEventOf {
+    pub chat_id: i64,
+    pub channel_id: i64,
+    pub receiver: rows::ChannelReceiver,
+    pub body: ChatEvent,
+}
+
 /// `chat_accepted` / `chat_updated` (and the base of `chat_assigned`):
 /// `(channel id, payload)`. `agent` is the chat's agent, if any.
 pub async fn chat_event(
     conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, ChatEvent)>, StoreError> {
-    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
-        return Ok(None);
-    };
-    let Some(k) = known(conn, parties.client_id).await? else {
-        return Ok(None);
-    };
-    let agent = parties.agent.map(webhook_agent);
-    let page = page(parties.integration.as_deref(), &k);
-    Ok(Some((
-        k.channel_id,
-        ChatEvent {
-            widget_id: k.widget_id,
-            user_token: k.user_token,
-            visitor: k.visitor,
-            organization: k.organization,
-            status: k.status,
-            assigned_agent: k.assigned_agent,
-            tags: k.tags,
-            chat_id: NumericId(chat_id),
-            department: None,
-            session: k.session.clone(),
-            page,
-            analytics: None,
-            agent,
-            topic: None,
-        },
-    )))
+    Ok(chat_events(conn, &[chat_id])
+        .await?
+        .pop()
+        .map(|e| (e.channel_id, e.body)))
+}
+
+/// The payloads of [`chat_event`] for several chats, read in one statement
+/// (those of chats that exist, in no particular order).
+pub async fn chat_events(
+    conn: &mut Conn,
+    chat_ids: &[i64],
+) -> Result<Vec<ChatEventOf>, StoreError> {
+    let cards = rows::chat_cards(conn, chat_ids).await?;
+    let mut events = Vec::with_capacity(cards.len());
+    for rows::ChatCard {
+        chat_id,
+        parties,
+        mut card,
+    } in cards
+    {
+        let receiver = std::mem::take(&mut card.receiver);
+        let k = known_of(conn, card).await?;
+        let agent = parties.agent.map(webhook_agent);
+        let page = page(parties.integration.as_deref(), &k);
+        events.push(ChatEventOf {
+            chat_id,
+            channel_id: k.channel_id,
+            receiver,
+            body: ChatEvent {
+                widget_id: k.widget_id,
+                user_token: k.user_token,
+                visitor: k.visitor,
+                organization: k.organization,
+                status: k.status,
+                assigned_agent: k.assigned_agent,
+                tags: k.tags,
+                chat_id: NumericId(chat_id),
+                department: None,
+                session: k.session.clone(),
+                page,
+                analytics: None,
+                agent,
+                topic: None,
+            },
+        });
+    }
+    Ok(events)
 }
 
 pub async fn chat_assigned(
@@ -217,10 +264,7 @@ pub async fn chat_finished(
     conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
-    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
-        return Ok(None);
-    };
-    let Some(k) = known(conn, parties.client_id).await? else {
+    let Some((parties, k)) = chat_known(conn, chat_id).await? else {
         return Ok(None);
     };
     let log = rows::chat_log(conn, chat_id).await?;
@@ -324,10 +368,7 @@ pub async fn call_event(
     agent_id: Option<i64>,
     call: Call,
 ) -> Result<Option<(i64, WebhookEvent)>, StoreError> {
-    let Some(parties) = rows::chat_parties(conn, chat_id).await? else {
-        return Ok(None);
-    };
-    let Some(k) = known(conn, parties.client_id).await? else {
+    let Some((parties, k)) = chat_known(conn, chat_id).await? else {
         return Ok(None);
     };
     let agent = match agent_id {
