@@ -16,10 +16,9 @@ use crate::core::error::CoreError;
 use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
-use crate::store::chats::accept_chats;
 use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
-    MAX_OUTGOING, OutgoingWrite, chats_by_ids, chats_read, write_outgoing,
+    MAX_OUTGOING, OutgoingWrite, accept_chats, chats_by_ids, chats_read, write_outgoing,
 };
 use crate::store::{Chat, ChatState, Conn, FirstRows, FirstStatement, StoreError};
 
@@ -105,16 +104,16 @@ impl BatchWrite for Outgoing {
             }
             decided.push(Ok((chat.clone(), accepted)));
         }
-        // The accepts of the whole batch in a constant number of statements:
-        // their chats' state, then their `chat_accepted` webhooks written
-        // with the messages.
+        // The accepts of the whole batch at once (one round trip on
+        // PostgreSQL): their chats' state, the cards and numbers of their
+        // `chat_accepted` webhooks, which are written with the messages.
         let queued = if accepts.is_empty() {
             Vec::new()
         } else {
-            accept_chats(conn, &accepts).await?;
-            let accepted: Vec<(i64, i64)> =
+            let read = accept_chats(conn, &accepts).await?;
+            let chats: Vec<(i64, i64)> =
                 accepts.iter().map(|(chat, _, now)| (*chat, *now)).collect();
-            webhooks::chat_event_rows(conn, &accepted, true).await?
+            webhooks::chat_accepted_rows(conn, read, &chats).await?
         };
         let writes: Vec<&OutgoingWrite> = jobs
             .iter()

@@ -542,18 +542,14 @@ pub async fn set_chat_state(
     Ok(())
 }
 
-/// Marks the open chats of `accepts` (chat, agent, time) accepted by their
-/// agents, in one statement however many (an agent batch's first replies).
-pub async fn accept_chats(
+/// Marks the chats of `accepts` (chat, agent, time) accepted by their
+/// agents, in one statement however many ([`accept_chats_sql`]).
+pub(super) async fn mark_accepted(
     conn: &mut AnyConnection,
     accepts: &[(i64, i64, i64)],
 ) -> Result<(), StoreError> {
-    if accepts.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<[i64; 3]> = accepts.iter().map(|&(c, a, t)| [c, a, t]).collect();
     sqlx::query(accept_chats_sql(super::is_postgres(conn)))
-        .bind(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
+        .bind(accepts_json(accepts))
         .bind(accepts.len() as i64)
         .execute(conn)
         .await
@@ -561,7 +557,13 @@ pub async fn accept_chats(
     Ok(())
 }
 
-/// [`accept_chats`]' statement: `$1` a JSON array of `[chat, agent, time]`,
+/// `accepts` as [`accept_chats_sql`]'s `$1`.
+pub(super) fn accepts_json(accepts: &[(i64, i64, i64)]) -> String {
+    let list: Vec<[i64; 3]> = accepts.iter().map(|&(c, a, t)| [c, a, t]).collect();
+    serde_json::to_string(&list).unwrap_or_else(|_| "[]".into())
+}
+
+/// Accepting chats: `$1` a JSON array of `[chat, agent, time]`,
 /// `$2` how many. On PostgreSQL the chats are found by key (`= ANY`)
 /// whatever plan the server keeps.
 pub(super) fn accept_chats_sql(postgres: bool) -> &'static str {

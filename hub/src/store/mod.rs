@@ -528,8 +528,17 @@ impl Store {
                                     .fetch_one(&mut *conn)
                                     .await?;
                             if migrated {
+                                // In order, up to the first that fails: a
+                                // connection that has one has those before it
+                                // (`prepared::ALL`); the rest it gets as a
+                                // begin finds one missing.
                                 for statement in prepared::prepare_statements() {
-                                    let _ = batch::run_simple(conn, &statement, "preparing").await;
+                                    if batch::run_simple(conn, &statement, "preparing")
+                                        .await
+                                        .is_err()
+                                    {
+                                        break;
+                                    }
                                 }
                             }
                             Ok(())

@@ -8,11 +8,12 @@
 
 use std::collections::HashMap;
 
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, Row as _};
 
 use super::batch::{Literal, Query, Scripts, json_cell, pad_slots, run, slots_for, values};
 use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::prepared;
+use super::webhooks::ChatCard;
 use super::{
     Author, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
     is_postgres,
@@ -46,7 +47,9 @@ pub struct OutgoingWrite {
 
 /// Another row the batch queues with its messages (a webhook its messages
 /// caused: the `chat_accepted` of a chat an agent's reply accepted): its
-/// event-log row and its outbox row.
+/// event-log row and its outbox row. Its order key is locked already, by
+/// whoever made it ([`accept_chats`]): the batch's script decides which
+/// pending row of a key is its head.
 #[derive(Debug)]
 pub struct Queued {
     pub event: Event,
@@ -102,6 +105,90 @@ impl<'a> Row<'a> {
             delivery: Some(&q.delivery),
         }
     }
+}
+
+/// What accepting a batch's chats read for their `chat_accepted` webhooks.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The cards of the chats (those that exist, in no particular order).
+    pub cards: Vec<ChatCard>,
+    /// A webhook sequence number per chat, ascending.
+    pub sequences: Vec<i64>,
+}
+
+/// Marks the chats of `accepts` (chat, agent, time; open chats this
+/// batch's agents' first replies accept) accepted, reads their cards for
+/// their `chat_accepted` webhooks, takes a sequence number for each and,
+/// on PostgreSQL, locks the order keys their webhook rows will have: one
+/// round trip there however many chats (prepared statements `EXECUTE`d in
+/// one simple query: the batch waits for each round trip), three
+/// statements on SQLite.
+pub async fn accept_chats(
+    conn: &mut AnyConnection,
+    accepts: &[(i64, i64, i64)],
+) -> Result<Accepted, StoreError> {
+    if accepts.is_empty() {
+        return Ok(Accepted {
+            cards: Vec::new(),
+            sequences: Vec::new(),
+        });
+    }
+    let ids: Vec<i64> = accepts.iter().map(|(chat, _, _)| *chat).collect();
+    if !is_postgres(conn) {
+        super::chats::mark_accepted(conn, accepts).await?;
+        return Ok(Accepted {
+            cards: super::webhooks::chat_cards(conn, &ids).await?,
+            sequences: super::webhooks::next_sequences(conn, ids.len()).await?,
+        });
+    }
+    let count = Literal::Int(accepts.len() as i64);
+    let list = super::chats::accepts_json(accepts);
+    let id_list = serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned());
+    let locks = super::locks::RowLocks {
+        order_keys: ids
+            .iter()
+            .filter_map(|chat| {
+                super::outbox::webhook_order_key("webhook.chat_accepted", Some(*chat), None)
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let sql = [
+        prepared::ACCEPT_CHATS
+            .read(&[Literal::Text(&list), count])?
+            .0,
+        prepared::CHAT_CARDS
+            .read(&[Literal::Text(&id_list), Literal::Int(ids.len() as i64)])?
+            .0,
+        locks.statements(),
+        super::batch::inline(
+            super::webhooks::PG_SEQUENCES,
+            &[Literal::Int(ids.len() as i64)],
+        )?,
+    ]
+    .join("; ");
+    let mut statements = super::batch::run_simple(conn, &sql, "accepting chats").await?;
+    if statements.len() != 4 {
+        return Err(StoreError::Corrupt(format!(
+            "accepting chats returned {} statements' rows for 4",
+            statements.len()
+        )));
+    }
+    let sequences = statements
+        .pop()
+        .unwrap_or_default()
+        .iter()
+        .map(|row| row.try_get::<i64, _>(0).ctx("numbering webhooks"))
+        .collect::<Result<_, _>>()?;
+    let cards = statements
+        .get(1)
+        .map(|rows| {
+            rows.iter()
+                .map(super::webhooks::chat_card_from_row)
+                .collect()
+        })
+        .unwrap_or(Ok(Vec::new()))?;
+    Ok(Accepted { cards, sequences })
 }
 
 /// PostgreSQL: the chats' read, sent with the begin of the batch's
@@ -166,8 +253,8 @@ pub(super) fn chats_sql(postgres: bool) -> &'static str {
 
 /// Stores `queued`, then `items` in order, in the caller's transaction;
 /// the id of each stored message of `items` (`None` for typing). The
-/// order keys of `queued`'s rows are locked here; those of `items` the
-/// caller locked as its transaction began.
+/// order keys of all their rows are locked already: those of `items` as
+/// the caller's transaction began, those of `queued` by whoever made them.
 pub async fn write_outgoing(
     conn: &mut AnyConnection,
     items: &[&OutgoingWrite],
@@ -176,11 +263,6 @@ pub async fn write_outgoing(
     if items.is_empty() && queued.is_empty() {
         return Ok(Vec::new());
     }
-    let keys: Vec<&str> = queued
-        .iter()
-        .filter_map(|q| q.delivery.order_key.as_deref())
-        .collect();
-    super::locks::chats(conn, &[], &keys).await?;
     let rows: Vec<Row> = queued
         .iter()
         .map(Row::queued)
@@ -513,6 +595,85 @@ mod tests {
             &["chats", "messages", "outbox", "clients"],
         )
         .await;
+    }
+
+    /// On PostgreSQL a batch's accepts `EXECUTE` two statements prepared
+    /// on its connection in the middle of its transaction, where a missing
+    /// one could not be given any more: a connection without them (made
+    /// before the migrations) gets them as the batch begins, and its chats
+    /// are accepted, with their agents on their cards and growing numbers.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_batch_accepts_chats_on_a_connection_made_before_the_migrations() {
+        use crate::store::locks::RowLocks;
+        let store = crate::store::test_postgres_one_connection().await;
+        let channel = crate::store::test_channel(&store, "accepts").await;
+        let one = async |sql: String| -> i64 {
+            let (id,): (i64,) = sqlx::query_as(&sql)
+                .fetch_one(store.pool())
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            id
+        };
+        let ann = one("INSERT INTO agents (name, email, token_hash, created_at) \
+             VALUES ('Ann', 'ann@example.com', 'h', 0) RETURNING id"
+            .to_owned())
+        .await;
+        let mut last_sequence = 0;
+        for round in 0..2 {
+            let client = one(format!(
+                "INSERT INTO clients (channel_id, external_key, external_id_json, created_at, \
+                 updated_at) VALUES ({channel}, 'c{round}', '\"c{round}\"', 0, 0) RETURNING id"
+            ))
+            .await;
+            let chat = one(format!(
+                "INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
+                 VALUES ({channel}, {client}, 'open', 0, 0) RETURNING id"
+            ))
+            .await;
+            // One connection: the batch's. Round 0: made before the
+            // migrations, it has none of the statements.
+            let (had,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM pg_prepared_statements \
+                 WHERE name IN ('hub_accept_chats', 'hub_chat_cards')",
+            )
+            .fetch_one(store.pool())
+            .await
+            .expect("statements");
+            assert_eq!(had, 2 * round, "round {round}: given by the round before");
+            let ids = [chat];
+            let locks = RowLocks {
+                chats: ids.to_vec(),
+                ..RowLocks::default()
+            };
+            let (mut w, first) = store
+                .begin_row_write_reading(&locks, chats_read(&ids).expect("read"))
+                .await
+                .expect("begun");
+            let chats = chats_by_ids(&mut w.tx, &ids, first).await.expect("chats");
+            assert_eq!(chats[&chat].state, crate::store::ChatState::Open);
+            let accepted = accept_chats(&mut w.tx, &[(chat, ann, 5_000)])
+                .await
+                .expect("accepted");
+            w.commit().await.expect("commit");
+            assert_eq!(accepted.cards.len(), 1, "round {round}");
+            let card = &accepted.cards[0];
+            assert_eq!((card.chat_id, card.parties.client_id), (chat, client));
+            assert_eq!(card.parties.agent.as_ref().map(|a| a.id), Some(ann));
+            assert_eq!(accepted.sequences.len(), 1);
+            assert!(accepted.sequences[0] > last_sequence, "round {round}");
+            last_sequence = accepted.sequences[0];
+            let (state, agent, at): (String, Option<i64>, Option<i64>) =
+                sqlx::query_as("SELECT state, agent_id, accepted_at FROM chats WHERE id = $1")
+                    .bind(chat)
+                    .fetch_one(store.pool())
+                    .await
+                    .expect("the chat");
+            assert_eq!(
+                (state.as_str(), agent, at),
+                ("accepted", Some(ann), Some(5_000))
+            );
+        }
     }
 
     /// Rows of one chat written in one batch go out one at a time, in

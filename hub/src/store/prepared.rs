@@ -31,6 +31,20 @@ pub(super) const KNOWN_CLIENTS: Prepared = Prepared {
     sql: || ingress::known_sql(true),
 };
 
+/// The chats an agent batch accepts (`outgoing.rs` `accept_chats`).
+pub(super) const ACCEPT_CHATS: Prepared = Prepared {
+    name: "hub_accept_chats",
+    params: "(TEXT, BIGINT)",
+    sql: || super::chats::accept_chats_sql(true),
+};
+
+/// Their cards, for their `chat_accepted` webhooks (the same).
+pub(super) const CHAT_CARDS: Prepared = Prepared {
+    name: "hub_chat_cards",
+    params: "(TEXT, BIGINT)",
+    sql: || super::webhooks::chat_cards_sql(true),
+};
+
 /// A batch of agent messages' chats (`outgoing.rs`).
 pub(super) const CHATS_BY_IDS: Prepared = Prepared {
     name: "hub_chats_by_ids",
@@ -61,7 +75,22 @@ pub(super) const NEXT_DUE: Prepared = Prepared {
 };
 
 /// Every statement a connection is given at once.
-const ALL: [&Prepared; 5] = [&KNOWN_CLIENTS, &CHATS_BY_IDS, &FINISH, &CLAIM, &NEXT_DUE];
+///
+/// A connection that has one of them has every one before it: they are
+/// prepared in this order and stop at the first that fails. So the two an
+/// agent batch `EXECUTE`s in the middle of its transaction, where a missing
+/// one cannot be given (the transaction has failed), come before
+/// [`CHATS_BY_IDS`], whose `EXECUTE` in the batch's begin finds a
+/// connection that lacks them and gives it all ([`is_missing`]).
+const ALL: [&Prepared; 7] = [
+    &ACCEPT_CHATS,
+    &CHAT_CARDS,
+    &KNOWN_CLIENTS,
+    &CHATS_BY_IDS,
+    &FINISH,
+    &CLAIM,
+    &NEXT_DUE,
+];
 
 impl Prepared {
     /// `EXECUTE` of the statement with `values` written in (`batch::inline`).

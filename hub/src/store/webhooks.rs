@@ -27,6 +27,10 @@ pub async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> 
     Ok(row.0)
 }
 
+/// [`next_sequences`] on PostgreSQL: `$1` how many.
+pub(super) const PG_SEQUENCES: &str =
+    "SELECT nextval('webhook_sequence') FROM generate_series(1, $1) ORDER BY 1";
+
 /// `count` webhook sequence numbers at once, ascending, for a batch that
 /// queues that many webhooks (one statement whatever the count; the same
 /// guarantees as [`next_sequence`]).
@@ -39,13 +43,11 @@ pub async fn next_sequences(
     }
     let count = count as i64;
     if super::is_postgres(conn) {
-        let rows: Vec<(i64,)> = sqlx::query_as(
-            "SELECT nextval('webhook_sequence') FROM generate_series(1, $1) ORDER BY 1",
-        )
-        .bind(count)
-        .fetch_all(conn)
-        .await
-        .ctx("numbering webhooks")?;
+        let rows: Vec<(i64,)> = sqlx::query_as(PG_SEQUENCES)
+            .bind(count)
+            .fetch_all(conn)
+            .await
+            .ctx("numbering webhooks")?;
         return Ok(rows.into_iter().map(|(n,)| n).collect());
     }
     let (last,): (i64,) = sqlx::query_as(
@@ -243,30 +245,30 @@ pub async fn chat_cards(
         .fetch_all(conn)
         .await
         .ctx("reading chats for webhooks")?;
-    rows.iter()
-        .map(|row| {
-            let number = |c: &str| row.try_get::<Option<i64>, _>(c).ctx("reading a chat");
-            let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a chat");
-            let agent = match (
-                number("agent_ref")?,
-                text("agent_name")?,
-                text("agent_email")?,
-            ) {
-                (Some(id), Some(name), Some(email)) => Some(AgentRef { id, name, email }),
-                _ => None,
-            };
-            let card = card_from_row(row)?;
-            Ok(ChatCard {
-                chat_id: row.try_get("chat_ref").ctx("reading a chat")?,
-                parties: ChatParties {
-                    client_id: row.try_get("client_ref").ctx("reading a chat")?,
-                    agent,
-                    integration: text("chat_integration")?,
-                },
-                card,
-            })
-        })
-        .collect()
+    rows.iter().map(chat_card_from_row).collect()
+}
+
+/// A row of [`chat_cards_sql`].
+pub(super) fn chat_card_from_row(row: &AnyRow) -> Result<ChatCard, StoreError> {
+    let number = |c: &str| row.try_get::<Option<i64>, _>(c).ctx("reading a chat");
+    let text = |c: &str| row.try_get::<Option<String>, _>(c).ctx("reading a chat");
+    let agent = match (
+        number("agent_ref")?,
+        text("agent_name")?,
+        text("agent_email")?,
+    ) {
+        (Some(id), Some(name), Some(email)) => Some(AgentRef { id, name, email }),
+        _ => None,
+    };
+    Ok(ChatCard {
+        chat_id: row.try_get("chat_ref").ctx("reading a chat")?,
+        parties: ChatParties {
+            client_id: row.try_get("client_ref").ctx("reading a chat")?,
+            agent,
+            integration: text("chat_integration")?,
+        },
+        card: card_from_row(row)?,
+    })
 }
 
 /// [`chat_cards`]' statement: `$1` the chats' ids as a JSON array, `$2`

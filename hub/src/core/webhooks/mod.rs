@@ -15,7 +15,7 @@ use crate::config::CrmConfig;
 use crate::event::{Direction, Event, EventKind};
 use crate::store::events::insert_event;
 use crate::store::outbox::enqueue;
-use crate::store::outgoing::Queued;
+use crate::store::outgoing::{Accepted, Queued};
 use crate::store::{Conn, NewDelivery, StoreError, webhooks as rows};
 
 /// Outbox `kind`s of webhooks start with these; delivery results of them are
@@ -255,50 +255,63 @@ pub async fn queue_chat_event(
     accepted: bool,
     now: i64,
 ) -> Result<(), StoreError> {
-    for row in chat_event_rows(conn, &[(chat_id, now)], accepted).await? {
-        insert_event(conn, &row.event).await?;
-        enqueue(conn, &row.delivery, now).await?;
-    }
+    let Some(card) = rows::chat_cards(conn, &[chat_id]).await?.pop() else {
+        return Ok(());
+    };
+    let sequence = rows::next_sequence(conn).await?;
+    let row = chat_event_row(conn, card, sequence, accepted, now).await?;
+    insert_event(conn, &row.event).await?;
+    enqueue(conn, &row.delivery, now).await?;
     Ok(())
 }
 
-/// `chat_accepted` (or `chat_updated`) for each of `chats` (chat id, time
-/// of the change) as the rows that queue them, for the caller to write
-/// with its batch in its transaction (`store::outgoing::write_outgoing`):
-/// the payloads read and the sequence numbers taken in two statements
-/// however many chats (a chat that no longer exists has none).
-pub async fn chat_event_rows(
+/// The `chat_accepted` webhooks of the chats an agent batch accepted
+/// (`chats`: chat, time), as the rows that queue them with the batch's
+/// messages, from what accepting them read (`store::outgoing::accept_chats`:
+/// their cards and a sequence number each, in one round trip).
+pub async fn chat_accepted_rows(
     conn: &mut Conn,
+    accepted: Accepted,
     chats: &[(i64, i64)],
-    accepted: bool,
 ) -> Result<Vec<Queued>, StoreError> {
-    let ids: Vec<i64> = chats.iter().map(|(chat, _)| *chat).collect();
-    let mut events = payload::chat_events(conn, &ids).await?;
-    // In the callers' order, so the numbers follow it.
-    events.sort_by_key(|e| ids.iter().position(|id| *id == e.chat_id));
-    let sequences = rows::next_sequences(conn, events.len()).await?;
-    let mut queued = Vec::with_capacity(events.len());
-    for (e, sequence) in events.into_iter().zip(sequences) {
-        let now = chats
-            .iter()
-            .find(|(chat, _)| *chat == e.chat_id)
-            .map_or(0, |(_, now)| *now);
-        let event = if accepted {
-            WebhookEvent::ChatAccepted(e.body)
-        } else {
-            WebhookEvent::ChatUpdated(e.body)
-        };
-        let out = Outgoing {
-            kind: EventKind::from(format!("{EVENT_PREFIX}{}", event.event_name())),
-            payload: serde_json::to_value(&event)
-                .map_err(|err| StoreError::Corrupt(format!("cannot encode a webhook: {err}")))?,
-            channel_id: Some(e.channel_id),
-            chat_id: Some(e.chat_id),
-            client_id: None,
-        };
-        queued.push(stamp(out, &Receiver::from(e.receiver), sequence, now));
+    let Accepted {
+        mut cards,
+        sequences,
+    } = accepted;
+    // In the batch's order, so the numbers follow it.
+    let place = |chat: i64| chats.iter().position(|(c, _)| *c == chat);
+    cards.sort_by_key(|c| place(c.chat_id));
+    let mut queued = Vec::with_capacity(cards.len());
+    for (card, sequence) in cards.into_iter().zip(sequences) {
+        let now = place(card.chat_id).map_or(0, |i| chats[i].1);
+        queued.push(chat_event_row(conn, card, sequence, true, now).await?);
     }
     Ok(queued)
+}
+
+/// `chat_accepted` (or `chat_updated`) of a chat as the rows that queue it.
+async fn chat_event_row(
+    conn: &mut Conn,
+    card: rows::ChatCard,
+    sequence: i64,
+    accepted: bool,
+    now: i64,
+) -> Result<Queued, StoreError> {
+    let e = payload::chat_event_of(conn, card).await?;
+    let event = if accepted {
+        WebhookEvent::ChatAccepted(e.body)
+    } else {
+        WebhookEvent::ChatUpdated(e.body)
+    };
+    let out = Outgoing {
+        kind: EventKind::from(format!("{EVENT_PREFIX}{}", event.event_name())),
+        payload: serde_json::to_value(&event)
+            .map_err(|err| StoreError::Corrupt(format!("cannot encode a webhook: {err}")))?,
+        channel_id: Some(e.channel_id),
+        chat_id: Some(e.chat_id),
+        client_id: None,
+    };
+    Ok(stamp(out, &Receiver::from(e.receiver), sequence, now))
 }
 
 #[cfg(test)]

@@ -156,53 +156,50 @@ pub async fn chat_event(
     conn: &mut Conn,
     chat_id: i64,
 ) -> Result<Option<(i64, ChatEvent)>, StoreError> {
-    Ok(chat_events(conn, &[chat_id])
-        .await?
-        .pop()
-        .map(|e| (e.channel_id, e.body)))
+    match rows::chat_cards(conn, &[chat_id]).await?.pop() {
+        Some(card) => {
+            let e = chat_event_of(conn, card).await?;
+            Ok(Some((e.channel_id, e.body)))
+        }
+        None => Ok(None),
+    }
 }
 
-/// The payloads of [`chat_event`] for several chats, read in one statement
-/// (those of chats that exist, in no particular order).
-pub async fn chat_events(
+/// [`chat_event`]'s payload from a chat's card read already (a batch reads
+/// the cards of all its chats at once), and where it goes.
+pub async fn chat_event_of(
     conn: &mut Conn,
-    chat_ids: &[i64],
-) -> Result<Vec<ChatEventOf>, StoreError> {
-    let cards = rows::chat_cards(conn, chat_ids).await?;
-    let mut events = Vec::with_capacity(cards.len());
-    for rows::ChatCard {
+    rows::ChatCard {
         chat_id,
         parties,
         mut card,
-    } in cards
-    {
-        let receiver = std::mem::take(&mut card.receiver);
-        let k = known_of(conn, card).await?;
-        let agent = parties.agent.map(webhook_agent);
-        let page = page(parties.integration.as_deref(), &k);
-        events.push(ChatEventOf {
-            chat_id,
-            channel_id: k.channel_id,
-            receiver,
-            body: ChatEvent {
-                widget_id: k.widget_id,
-                user_token: k.user_token,
-                visitor: k.visitor,
-                organization: k.organization,
-                status: k.status,
-                assigned_agent: k.assigned_agent,
-                tags: k.tags,
-                chat_id: NumericId(chat_id),
-                department: None,
-                session: k.session.clone(),
-                page,
-                analytics: None,
-                agent,
-                topic: None,
-            },
-        });
-    }
-    Ok(events)
+    }: rows::ChatCard,
+) -> Result<ChatEventOf, StoreError> {
+    let receiver = std::mem::take(&mut card.receiver);
+    let k = known_of(conn, card).await?;
+    let agent = parties.agent.map(webhook_agent);
+    let page = page(parties.integration.as_deref(), &k);
+    Ok(ChatEventOf {
+        chat_id,
+        channel_id: k.channel_id,
+        receiver,
+        body: ChatEvent {
+            widget_id: k.widget_id,
+            user_token: k.user_token,
+            visitor: k.visitor,
+            organization: k.organization,
+            status: k.status,
+            assigned_agent: k.assigned_agent,
+            tags: k.tags,
+            chat_id: NumericId(chat_id),
+            department: None,
+            session: k.session.clone(),
+            page,
+            analytics: None,
+            agent,
+            topic: None,
+        },
+    })
 }
 
 pub async fn chat_assigned(

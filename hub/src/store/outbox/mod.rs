@@ -290,7 +290,11 @@ pub fn bot_order_key(chat_id: i64) -> String {
 /// (`client_updated` and `client_attribute_updated` carry different data,
 /// neither supersedes the other), so a receiver refusing one kind must not
 /// stall the other.
-fn webhook_order_key(kind: &str, chat_id: Option<i64>, client_id: Option<i64>) -> Option<String> {
+pub(in crate::store) fn webhook_order_key(
+    kind: &str,
+    chat_id: Option<i64>,
+    client_id: Option<i64>,
+) -> Option<String> {
     let name = kind.strip_prefix(EVENT_WEBHOOK_PREFIX).unwrap_or(kind);
     match (chat_id, client_id) {
         (Some(chat), _) if name == "call_event" => Some(format!("webhook:chat:{chat}:{name}")),
