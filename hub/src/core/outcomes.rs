@@ -31,6 +31,36 @@ impl Finisher for Conversations {
             };
             let order = webhooks::OrderFields::of(&event.payload);
             let mut routed = self.pipeline.run(event).await;
+            let (staged, body) = match routed.verdict {
+                Verdict::Continue => {
+                    if routed.changed {
+                        order.restore(&mut routed.event.payload);
+                    }
+                    let body = routed.event.payload.to_string();
+                    (Staged::Send { body: body.clone() }, Some(body))
+                }
+                Verdict::Drop(reason) => (
+                    Staged::Done(Final::NotSent(format!("dropped by {reason}"))),
+                    None,
+                ),
+                // A plugin answered in the receiver's place.
+                Verdict::Reply(answer) => (
+                    Staged::Done(Final::Delivered {
+                        answer: Some(answer.to_string()),
+                    }),
+                    None,
+                ),
+                Verdict::Reject(reason) => (Staged::Done(Final::Failed(reason)), None),
+            };
+            if routed.forwards.is_empty() && routed.kv_writes.is_empty() {
+                // Nothing else to write with it: the body alone, in one
+                // round trip on PostgreSQL instead of a transaction's three
+                // (a staged row is a webhook: one per accepted chat).
+                if let Some(body) = body {
+                    self.store.unstage(&row.id, &body).await?;
+                }
+                return Ok(staged);
+            }
             // The row mode: staging changes one row, and its effects (key-value
             // writes, forwards) lock what they share themselves.
             let mut w = self.store.begin_row_write().await?;
@@ -42,24 +72,9 @@ impl Finisher for Conversations {
                 self.clock.now_ms(),
             )
             .await?;
-            let staged = match routed.verdict {
-                Verdict::Continue => {
-                    if routed.changed {
-                        order.restore(&mut routed.event.payload);
-                    }
-                    let body = routed.event.payload.to_string();
-                    unstage(&mut w.tx, &row.id, &body).await?;
-                    Staged::Send { body }
-                }
-                Verdict::Drop(reason) => {
-                    Staged::Done(Final::NotSent(format!("dropped by {reason}")))
-                }
-                // A plugin answered in the receiver's place.
-                Verdict::Reply(answer) => Staged::Done(Final::Delivered {
-                    answer: Some(answer.to_string()),
-                }),
-                Verdict::Reject(reason) => Staged::Done(Final::Failed(reason)),
-            };
+            if let Some(body) = body {
+                unstage(&mut w.tx, &row.id, &body).await?;
+            }
             w.commit().await?;
             if !routed.forwards.is_empty() {
                 self.kick.kick();

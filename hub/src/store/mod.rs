@@ -816,6 +816,33 @@ impl Store {
         Ok(statements)
     }
 
+    /// `sql`, one statement with its values (`$1`, …), in a row-mode
+    /// transaction of its own: on PostgreSQL one round trip (the values
+    /// written in, [`Store::write_rows_script`]), not the three of a
+    /// transaction begun, written and committed statement by statement.
+    pub(in crate::store) async fn write_alone(
+        &self,
+        sql: &str,
+        values: &[batch::Literal<'_>],
+        what: &'static str,
+    ) -> Result<(), StoreError> {
+        if self.backend() == Backend::Postgres {
+            let script = batch::inline(sql, values)?;
+            self.write_rows_script(&script, what).await?;
+            return Ok(());
+        }
+        let mut w = self.begin_row_write().await?;
+        let mut query = sqlx::query(sql);
+        for value in values {
+            query = match value {
+                batch::Literal::Int(n) => query.bind(*n),
+                batch::Literal::Text(text) => query.bind(text.to_string()),
+            };
+        }
+        query.execute(&mut *w.tx).await.ctx(what)?;
+        w.commit().await
+    }
+
     async fn begin(&self, mode: Mode) -> Result<WriteTx<'_>, StoreError> {
         let begin = match mode {
             Mode::Exclusive => PG_BEGIN_WRITE,

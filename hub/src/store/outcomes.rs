@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection, Row};
 
-use super::batch::{Literal, inline};
+use super::batch::Literal;
 use super::events::event_from_row;
 use super::{Ctx, Store, StoreError};
 use crate::event::Event;
@@ -103,19 +103,8 @@ impl Store {
         what: &'static str,
     ) -> Result<(), StoreError> {
         let rows = serde_json::Value::Array(rows).to_string();
-        if self.backend() == super::Backend::Postgres {
-            let script = inline(sql, &[Literal::Text(&rows), Literal::Int(now)])?;
-            self.write_rows_script(&script, what).await?;
-            return Ok(());
-        }
-        let mut w = self.begin_row_write().await?;
-        sqlx::query(sql)
-            .bind(rows)
-            .bind(now)
-            .execute(&mut *w.tx)
+        self.write_alone(sql, &[Literal::Text(&rows), Literal::Int(now)], what)
             .await
-            .ctx(what)?;
-        w.commit().await
     }
 
     /// Deletes kept inbound payloads older than `before` (ms), a bounded

@@ -3,9 +3,24 @@
 //! batch: one script on SQLite, one statement on PostgreSQL).
 
 use super::*;
+const UNSTAGE: &str = "UPDATE outbox SET staged = 0, body = $1 WHERE id = $2";
+
+impl Store {
+    /// [`unstage`] in a write of its own (nothing else changed with it):
+    /// on PostgreSQL one round trip.
+    pub async fn unstage(&self, id: &str, body: &str) -> Result<(), StoreError> {
+        self.write_alone(
+            UNSTAGE,
+            &[Literal::Text(body), Literal::Text(id)],
+            "unstaging a delivery",
+        )
+        .await
+    }
+}
+
 /// Takes a staged row out of staging with the body its plugins left.
 pub async fn unstage(conn: &mut AnyConnection, id: &str, body: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET staged = 0, body = $1 WHERE id = $2")
+    sqlx::query(UNSTAGE)
         .bind(body)
         .bind(id)
         .execute(conn)
