@@ -130,9 +130,13 @@ pub(super) fn inline(sql: &str, values: &[Literal<'_>]) -> Result<String, StoreE
 
 /// `text` as an SQL expression of type TEXT, written as hexadecimal the
 /// server decodes: nothing of it is ever part of the statement's syntax.
+/// `convert_from`'s result takes the collation of its `name` argument
+/// (`C`), and an index on a text column (of the database's collation)
+/// cannot serve a comparison with it: the text gets the default one, as a
+/// quoted literal has.
 pub(super) fn text_literal(text: &str) -> String {
     format!(
-        "convert_from(decode('{}', 'hex'), 'UTF8')",
+        "(convert_from(decode('{}', 'hex'), 'UTF8') COLLATE \"default\")",
         hex::encode(text)
     )
 }
@@ -264,8 +268,8 @@ mod tests {
         .expect("inline");
         assert_eq!(
             sql,
-            "SELECT CAST(-7 AS BIGINT), convert_from(decode('6974277327293b2044524f50205441424c4520783b202d2d', 'hex'), 'UTF8'), \
-             '$.path', convert_from(decode('74656e', 'hex'), 'UTF8') || CAST(-7 AS BIGINT)"
+            "SELECT CAST(-7 AS BIGINT), (convert_from(decode('6974277327293b2044524f50205441424c4520783b202d2d', 'hex'), 'UTF8') COLLATE \"default\"), \
+             '$.path', (convert_from(decode('74656e', 'hex'), 'UTF8') COLLATE \"default\") || CAST(-7 AS BIGINT)"
         );
         assert!(
             inline("SELECT $2", &[Literal::Int(1)]).is_err(),
