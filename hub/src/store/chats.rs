@@ -843,16 +843,8 @@ mod tests {
     async fn a_senders_chat_is_found_by_key_on_a_grown_database_on_postgres() {
         let store = crate::store::required_test_postgres().await;
         let channel = crate::store::test_channel(&store, "senders").await;
-        let fill = |from: i64, to: i64| {
-            format!(
-                "INSERT INTO clients (channel_id, external_key, external_id_json, name, \
-                 created_at, updated_at, visitor_number) SELECT {channel}, g::TEXT, g::TEXT, \
-                 'Busy', 0, 0, g FROM generate_series({from}, {to}) g; \
-                 INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
-                 SELECT channel_id, id, 'open', 0, 0 FROM clients \
-                 WHERE visitor_number BETWEEN {from} AND {to}"
-            )
-        };
+        let fill =
+            |from: i64, to: i64| crate::store::test_clients_with_chats_sql(channel, from, to);
         let run = async |sql: String| {
             sqlx::raw_sql(&sql)
                 .execute(store.pool())

@@ -1024,6 +1024,20 @@ pub(crate) async fn deallocate_if_prepared(store: &Store, name: &str) -> bool {
     had > 0
 }
 
+/// Tests' SQL for clients `from..=to` of `channel` (their external keys and
+/// visitor numbers the numbers themselves), each with an open chat.
+#[cfg(test)]
+pub(crate) fn test_clients_with_chats_sql(channel: i64, from: i64, to: i64) -> String {
+    format!(
+        "INSERT INTO clients (channel_id, external_key, external_id_json, name, \
+         created_at, updated_at, visitor_number) SELECT {channel}, g::TEXT, g::TEXT, \
+         'Busy', 0, 0, g FROM generate_series({from}, {to}) g; \
+         INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
+         SELECT channel_id, id, 'open', 0, 0 FROM clients \
+         WHERE visitor_number BETWEEN {from} AND {to}"
+    )
+}
+
 /// A store on a fresh SQLite file (tests); the directory lives as long as
 /// the returned guard.
 #[cfg(test)]

@@ -138,7 +138,7 @@ pub async fn accept_chats(
         super::chats::mark_accepted(conn, accepts).await?;
         return Ok(Accepted {
             cards: super::webhooks::chat_cards(conn, &ids).await?,
-            sequences: super::webhooks::next_sequences(conn, ids.len()).await?,
+            sequences: super::webhooks::next_sequences_on_sqlite(conn, ids.len()).await?,
         });
     }
     let count = Literal::Int(accepts.len() as i64);
@@ -518,20 +518,15 @@ mod tests {
         let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
         let fill = |from: i64, to: i64| {
             format!(
-                "INSERT INTO clients (channel_id, external_key, external_id_json, name, \
-                 created_at, updated_at, visitor_number) SELECT {channel}, g::TEXT, g::TEXT, \
-                 'Busy', 0, 0, g FROM generate_series({from}, {to}) g; \
-                 INSERT INTO chats (channel_id, client_id, state, opened_at, last_message_at) \
-                 SELECT channel_id, id, 'open', 0, 0 FROM clients \
-                 WHERE visitor_number BETWEEN {from} AND {to}; \
-                 INSERT INTO messages (uid, chat_id, author, body, created_at) \
+                "{}; INSERT INTO messages (uid, chat_id, author, body, created_at) \
                  SELECT 'm' || id, id, 'client', '{{}}', 0 FROM chats \
                  WHERE id NOT IN (SELECT chat_id FROM messages); \
                  INSERT INTO outbox (id, event_id, kind, policy, target_url, body, order_key, \
                  message_id, chat_id, state, next_attempt_at, created_at, head) \
                  SELECT 'o' || id, 'e' || id, 'agent.message', 'channel', \
                  'http://127.0.0.1:9/', '{{}}', 'chat:' || chat_id, id, chat_id, 'delivered', \
-                 0, 0, 1 FROM messages WHERE id NOT IN (SELECT message_id FROM outbox)"
+                 0, 0, 1 FROM messages WHERE id NOT IN (SELECT message_id FROM outbox)",
+                crate::store::test_clients_with_chats_sql(channel, from, to)
             )
         };
         sqlx::raw_sql(&format!(

@@ -27,14 +27,16 @@ pub async fn next_sequence(conn: &mut AnyConnection) -> Result<i64, StoreError> 
     Ok(row.0)
 }
 
-/// [`next_sequences`] on PostgreSQL: `$1` how many.
+/// `$1` webhook sequence numbers at once on PostgreSQL, ascending (the
+/// `webhook_sequence` sequence): sent in an agent batch's accepting round
+/// trip (`outgoing::accept_chats`).
 pub(super) const PG_SEQUENCES: &str =
     "SELECT nextval('webhook_sequence') FROM generate_series(1, $1) ORDER BY 1";
 
-/// `count` webhook sequence numbers at once, ascending, for a batch that
-/// queues that many webhooks (one statement whatever the count; the same
-/// guarantees as [`next_sequence`]).
-pub async fn next_sequences(
+/// `count` webhook sequence numbers at once on SQLite, ascending: the
+/// counter moved once for a batch that queues that many webhooks (the same
+/// guarantees as [`next_sequence`]; PostgreSQL's are [`PG_SEQUENCES`]).
+pub(super) async fn next_sequences_on_sqlite(
     conn: &mut AnyConnection,
     count: usize,
 ) -> Result<Vec<i64>, StoreError> {
@@ -42,14 +44,6 @@ pub async fn next_sequences(
         return Ok(Vec::new());
     }
     let count = count as i64;
-    if super::is_postgres(conn) {
-        let rows: Vec<(i64,)> = sqlx::query_as(PG_SEQUENCES)
-            .bind(count)
-            .fetch_all(conn)
-            .await
-            .ctx("numbering webhooks")?;
-        return Ok(rows.into_iter().map(|(n,)| n).collect());
-    }
     let (last,): (i64,) = sqlx::query_as(
         "UPDATE counters SET value = value + $1 WHERE name = 'webhook_sequence' RETURNING value",
     )

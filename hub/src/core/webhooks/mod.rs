@@ -205,18 +205,28 @@ async fn queue_about(
     event: WebhookEvent,
     now: i64,
 ) -> Result<(), StoreError> {
-    let kind = format!("{EVENT_PREFIX}{}", event.event_name());
-    let payload = serde_json::to_value(&event)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode a webhook: {e}")))?;
+    let out = Outgoing::event(event, channel_id, chat_id, client_id)?;
     let to = channel_receiver(conn, channel_id).await?;
-    let out = Outgoing {
-        kind: EventKind::from(kind),
-        payload,
-        channel_id: Some(channel_id),
-        chat_id,
-        client_id,
-    };
     queue(conn, out, &to, now).await.map(|_| ())
+}
+
+impl Outgoing {
+    /// An event webhook of channel `channel_id`.
+    fn event(
+        event: WebhookEvent,
+        channel_id: i64,
+        chat_id: Option<i64>,
+        client_id: Option<i64>,
+    ) -> Result<Outgoing, StoreError> {
+        Ok(Outgoing {
+            kind: EventKind::from(format!("{EVENT_PREFIX}{}", event.event_name())),
+            payload: serde_json::to_value(&event)
+                .map_err(|e| StoreError::Corrupt(format!("cannot encode a webhook: {e}")))?,
+            channel_id: Some(channel_id),
+            chat_id,
+            client_id,
+        })
+    }
 }
 
 /// Queues `client_updated` for the client's channel: call it in the
@@ -303,14 +313,7 @@ async fn chat_event_row(
     } else {
         WebhookEvent::ChatUpdated(e.body)
     };
-    let out = Outgoing {
-        kind: EventKind::from(format!("{EVENT_PREFIX}{}", event.event_name())),
-        payload: serde_json::to_value(&event)
-            .map_err(|err| StoreError::Corrupt(format!("cannot encode a webhook: {err}")))?,
-        channel_id: Some(e.channel_id),
-        chat_id: Some(e.chat_id),
-        client_id: None,
-    };
+    let out = Outgoing::event(event, e.channel_id, Some(e.chat_id), None)?;
     Ok(stamp(out, &Receiver::from(e.receiver), sequence, now))
 }
 
