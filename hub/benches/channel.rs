@@ -69,6 +69,11 @@ mod ab;
 
 const ADMIN: &str = "bench-admin-token-0123456789";
 
+/// The allocator `hub serve` runs with, so that the in-process figures are
+/// the served binary's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     guard_backtraces();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");

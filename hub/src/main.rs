@@ -69,6 +69,15 @@ enum Command {
     },
 }
 
+/// jemalloc instead of glibc's allocator, for Rust and (unprefixed) for
+/// SQLite and every other C library of the process: the hub allocates on
+/// one thread and frees on another all the time (rows made on SQLite's
+/// threads are dropped on tokio's, and back), and glibc's arenas made the
+/// threads wait on each other's locks (docs/performance.md, "The
+/// allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();

@@ -130,7 +130,9 @@ impl ComponentCache {
 /// Gives the memory compiling in this process used back to the system.
 /// Cranelift's work is freed when a compile ends, but glibc's allocator
 /// keeps freed heap for later allocations, and a hub that compiled its
-/// plugins at start would hold it for good.
+/// plugins at start would hold it for good. (`hub serve` allocates with
+/// jemalloc, which gives freed pages back by itself after a few seconds;
+/// this is for the library under glibc's allocator, as in tests.)
 fn release_compile_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
