@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
 use crate::store::locks::RowLocks;
-use crate::store::{Conn, FirstRows, FirstStatement, Store, StoreError};
+use crate::store::{Backend, Conn, FirstRows, FirstStatement, Store, StoreError};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -37,17 +37,20 @@ pub(super) trait BatchWrite: Send + 'static {
         RowLocks::default()
     }
 
-    /// PostgreSQL: the statement `write` starts with (a read, or a write
-    /// nothing before it decides), sent in the round trip that begins the
+    /// The statement `write` starts with (a read, or a write nothing
+    /// before it decides), sent in the round trip that begins the
     /// transaction (`Store::begin_row_write_reading`).
-    fn first_statement(_jobs: &[Self::Job]) -> Result<Option<FirstStatement>, StoreError> {
+    fn first_statement(
+        _jobs: &[Self::Job],
+        _backend: Backend,
+    ) -> Result<Option<FirstStatement>, StoreError> {
         Ok(None)
     }
 
     /// Writes `jobs` in order in the caller's transaction, begun with their
     /// [`locks`](BatchWrite::locks) held and `first` what their
     /// [`first_statement`](BatchWrite::first_statement) returned then
-    /// (`None` when it was not sent: SQLite); one result per job.
+    /// (`None` when there was none); one result per job.
     fn write<'a>(
         conn: &'a mut Conn,
         jobs: &'a mut [Self::Job],
@@ -315,10 +318,7 @@ async fn write_batch<W: BatchWrite>(
     store: &Store,
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, CoreError> {
-    let read = match store.backend() {
-        crate::store::Backend::Postgres => W::first_statement(jobs)?,
-        crate::store::Backend::Sqlite => None,
-    };
+    let read = W::first_statement(jobs, store.backend())?;
     let (mut w, first) = store.begin_row_write_reading(&W::locks(jobs), read).await?;
     let results = W::write(&mut w.tx, jobs, first).await?;
     Ok((results, w.into_commit()))

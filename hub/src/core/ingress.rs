@@ -15,7 +15,7 @@ use crate::store::ingress::{
     CustomerWrite, CustomerWritten, MAX_BATCH, known_read, write_customer_messages,
 };
 use crate::store::locks::RowLocks;
-use crate::store::{Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, Conn, FirstRows, FirstStatement, StoreError};
 
 /// A stored customer message, as its request learns it.
 #[derive(Debug)]
@@ -55,9 +55,12 @@ impl BatchWrite for Ingress {
         }
     }
 
-    fn first_statement(jobs: &[Job]) -> Result<Option<FirstStatement>, StoreError> {
+    fn first_statement(
+        jobs: &[Job],
+        backend: Backend,
+    ) -> Result<Option<FirstStatement>, StoreError> {
         let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();
-        known_read(&writes)
+        known_read(&writes, backend)
     }
 
     async fn write(

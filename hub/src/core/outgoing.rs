@@ -20,7 +20,7 @@ use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
     MAX_OUTGOING, OutgoingWrite, accept_chats, chats_by_ids, chats_read, write_outgoing,
 };
-use crate::store::{Chat, ChatState, Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, Chat, ChatState, Conn, FirstRows, FirstStatement, StoreError};
 
 /// A message on its way to the database, with its plugins' effects.
 pub(super) struct Job {
@@ -64,9 +64,12 @@ impl BatchWrite for Outgoing {
         }
     }
 
-    fn first_statement(jobs: &[Job]) -> Result<Option<FirstStatement>, StoreError> {
+    fn first_statement(
+        jobs: &[Job],
+        backend: Backend,
+    ) -> Result<Option<FirstStatement>, StoreError> {
         let ids: Vec<i64> = jobs.iter().map(|j| j.write.chat_id).collect();
-        chats_read(&ids)
+        chats_read(&ids, backend)
     }
 
     async fn write(

@@ -10,7 +10,7 @@ use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish_many, finish_statement};
-use crate::store::{Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, Conn, FirstRows, FirstStatement, StoreError};
 
 /// A final result on its way to the database, with its plugins' effects.
 pub(super) struct ResultJob {
@@ -37,9 +37,12 @@ impl BatchWrite for Results {
         }
     }
 
-    fn first_statement(jobs: &[ResultJob]) -> Result<Option<FirstStatement>, StoreError> {
+    fn first_statement(
+        jobs: &[ResultJob],
+        backend: Backend,
+    ) -> Result<Option<FirstStatement>, StoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
-        finish_statement(&rows)
+        finish_statement(&rows, backend)
     }
 
     async fn write(

@@ -23,8 +23,8 @@ use super::batch::{
 use super::chats::CLIENT_MERGE;
 use super::prepared;
 use super::{
-    Author, Chat, ChatState, Client, Ctx, FirstRows, FirstStatement, MessageRow, StoreError,
-    is_postgres,
+    Author, Backend, Chat, ChatState, Client, Ctx, FirstRows, FirstStatement, MessageRow,
+    StoreError, is_postgres,
 };
 use crate::event::Event;
 
@@ -232,14 +232,21 @@ fn keys_of(items: &[&CustomerWrite]) -> String {
     Value::Array(keys).to_string()
 }
 
-/// PostgreSQL: the known clients' read, sent with the begin of the batch's
+/// The known clients' read, sent with the begin of the batch's
 /// transaction ([`Store::begin_row_write_reading`]); its rows go to
 /// [`write_customer_messages`].
 ///
 /// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
-pub fn known_read(items: &[&CustomerWrite]) -> Result<Option<FirstStatement>, StoreError> {
+pub fn known_read(
+    items: &[&CustomerWrite],
+    backend: Backend,
+) -> Result<Option<FirstStatement>, StoreError> {
     if items.is_empty() {
         return Ok(None);
+    }
+    if backend == Backend::Sqlite {
+        let query = sqlx::query(known_sql(false)).bind(keys_of(items));
+        return FirstStatement::sqlite(query, false, WHAT).map(Some);
     }
     prepared::KNOWN_CLIENTS
         .read(&[Literal::Text(&keys_of(items))])
@@ -785,7 +792,7 @@ mod tests {
                 senders: vec![(channel, "ann".to_owned())],
                 ..RowLocks::default()
             };
-            let read = known_read(&refs).expect("read");
+            let read = known_read(&refs, store.backend()).expect("read");
             let (mut w, known) = store
                 .begin_row_write_reading(&locks, read)
                 .await
@@ -815,7 +822,7 @@ mod tests {
         let before = messages().await;
         let items = [from(channel, sender("ann", None, None), Some("dropped"), 9)];
         let refs: Vec<&CustomerWrite> = items.iter().collect();
-        let read = known_read(&refs).expect("read");
+        let read = known_read(&refs, store.backend()).expect("read");
         let (mut w, known) = store
             .begin_row_write_reading(&RowLocks::default(), read)
             .await

@@ -361,10 +361,32 @@ impl Drop for RawTx {
 }
 
 /// A batch's first statement (its read, or a write whose result nothing
-/// before it decides), sent in the round trip that begins a row-mode
-/// transaction on PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`]
-/// statement.
-pub struct FirstStatement(String);
+/// before it decides), sent in the round trip that begins its transaction
+/// ([`Store::begin_row_write_reading`]).
+pub struct FirstStatement(First);
+
+enum First {
+    /// PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`] statement, its
+    /// values written in.
+    Postgres(String),
+    /// SQLite: a statement or script with its values, sent after the
+    /// savepoint that begins the job (`writer::Group::begin_first`).
+    Sqlite(writer::Opening),
+}
+
+impl FirstStatement {
+    /// SQLite: `query` as the first statement of its job; `writes` when it
+    /// changes anything (a claim, a batch of results), not only reads;
+    /// `what` names it in errors.
+    pub(super) fn sqlite(
+        query: batch::Query<'static>,
+        writes: bool,
+        what: &'static str,
+    ) -> Result<Self, StoreError> {
+        writer::Opening::new(query, writes, what)
+            .map(|opening| FirstStatement(First::Sqlite(opening)))
+    }
+}
 
 /// What a [`FirstStatement`] returned, for the store function that asked for it.
 pub struct FirstRows(Vec<sqlx::any::AnyRow>);
@@ -728,17 +750,28 @@ impl Store {
         self.begin_with(Mode::Rows, begin.into()).await
     }
 
-    /// [`begin_row_write_locking`](Store::begin_row_write_locking) with, on
-    /// PostgreSQL, `read` (a batch's first statement) in the same round
-    /// trip: its rows come back with the transaction (on SQLite nothing is
-    /// sent: `None`, as without a `read`).
+    /// [`begin_row_write_locking`](Store::begin_row_write_locking) with
+    /// `read` (a batch's first statement) in the same round trip: its rows
+    /// come back with the transaction (`None` without a `read`). On SQLite
+    /// the round trip is the job's savepoint (and the group's `BEGIN`)
+    /// with its first statement, so a job's statements are its only round
+    /// trips.
     pub async fn begin_row_write_reading(
         &self,
         locks: &locks::RowLocks,
         read: Option<FirstStatement>,
     ) -> Result<(WriteTx<'_>, Option<FirstRows>), StoreError> {
-        let read = if self.writer.is_some() { None } else { read };
-        let Some(FirstStatement(read)) = read else {
+        if let Some(group) = &self.writer {
+            let Some(FirstStatement(First::Sqlite(opening))) = read else {
+                return Ok((self.begin(Mode::Rows).await?, None));
+            };
+            let (tx, rows) = group.begin_first(opening).await?;
+            let w = WriteTx {
+                tx: TxConn(TxInner::Shared(tx)),
+            };
+            return Ok((w, Some(FirstRows(rows))));
+        }
+        let Some(FirstStatement(First::Postgres(read))) = read else {
             return Ok((self.begin_row_write_locking(locks).await?, None));
         };
         let started = std::time::Instant::now();
@@ -1310,6 +1343,59 @@ mod tests {
         let stored: Vec<String> = stored.into_iter().map(|(k,)| k).collect();
         assert_eq!(stored, kept, "every committed write, and no dropped one");
         assert_eq!(kept.len(), 51);
+    }
+
+    /// On SQLite a job's first statement goes in the round trip of its
+    /// savepoint. One that reads and fails leaves the group alone; one that
+    /// writes and fails half-way takes the group's open transaction with it:
+    /// nothing of it is stored, and the transaction waiting in the same
+    /// group is told, not acknowledged. (One thread: nothing yields between
+    /// a transaction's commit and the next job's begin, so the flusher has
+    /// not committed it yet.)
+    #[tokio::test]
+    async fn a_failed_first_write_rolls_back_its_group_and_a_failed_read_does_not() {
+        let (_dir, store) = test_sqlite().await;
+        // Yields the wait for the commit, awaited once the next job began.
+        #[allow(clippy::async_yields_async)]
+        let put = async |key: &'static str| {
+            let mut w = store.begin_write().await.expect("begin");
+            sqlx::query("INSERT INTO settings (key, value) VALUES ($1, 'x')")
+                .bind(key)
+                .execute(&mut *w.tx)
+                .await
+                .expect("insert");
+            w.into_commit()
+        };
+        let none = locks::RowLocks::default();
+
+        let a = put("a").await;
+        let read = sqlx::query("SELECT value FROM settings WHERE nonsense = $1").bind(1_i64);
+        let read = FirstStatement::sqlite(read, false, "reading").expect("read");
+        let failed = store.begin_row_write_reading(&none, Some(read)).await;
+        assert!(failed.is_err(), "the read fails");
+        a.await.expect("a failed read takes nothing with it");
+
+        let b = put("b").await;
+        let write = sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, 'y'); \
+             INSERT INTO settings (key, value) VALUES ($1, 'y')",
+        )
+        .bind("c");
+        let write = FirstStatement::sqlite(write, true, "writing").expect("write");
+        let failed = store.begin_row_write_reading(&none, Some(write)).await;
+        assert!(failed.is_err(), "the second insert fails");
+        let told = b.await.expect_err("b's group was rolled back");
+        assert!(told.to_string().contains("rolled back"), "{told}");
+
+        put("d").await.await.expect("the writer goes on");
+        let stored: Vec<(String,)> = sqlx::query_as(
+            "SELECT key FROM settings WHERE key IN ('a', 'b', 'c', 'd') ORDER BY key",
+        )
+        .fetch_all(store.pool())
+        .await
+        .expect("read");
+        let stored: Vec<&str> = stored.iter().map(|(k,)| k.as_str()).collect();
+        assert_eq!(stored, ["a", "d"]);
     }
 
     /// Steady writes never let SQLite start the WAL over by itself; the

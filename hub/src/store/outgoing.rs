@@ -15,7 +15,7 @@ use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::prepared;
 use super::webhooks::ChatCard;
 use super::{
-    Author, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
+    Author, Backend, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
     is_postgres,
 };
 use crate::event::Event;
@@ -154,12 +154,8 @@ pub async fn accept_chats(
         ..Default::default()
     };
     let sql = [
-        prepared::ACCEPT_CHATS
-            .read(&[Literal::Text(&list), count])?
-            .0,
-        prepared::CHAT_CARDS
-            .read(&[Literal::Text(&id_list), Literal::Int(ids.len() as i64)])?
-            .0,
+        prepared::ACCEPT_CHATS.execute(&[Literal::Text(&list), count])?,
+        prepared::CHAT_CARDS.execute(&[Literal::Text(&id_list), Literal::Int(ids.len() as i64)])?,
         locks.statements(),
         super::batch::inline(
             super::webhooks::PG_SEQUENCES,
@@ -191,17 +187,21 @@ pub async fn accept_chats(
     Ok(Accepted { cards, sequences })
 }
 
-/// PostgreSQL: the chats' read, sent with the begin of the batch's
+/// The chats' read, sent with the begin of the batch's
 /// transaction ([`Store::begin_row_write_reading`]); its rows go to
 /// [`chats_by_ids`].
 ///
 /// [`Store::begin_row_write_reading`]: super::Store::begin_row_write_reading
-pub fn chats_read(ids: &[i64]) -> Result<Option<FirstStatement>, StoreError> {
+pub fn chats_read(ids: &[i64], backend: Backend) -> Result<Option<FirstStatement>, StoreError> {
     if ids.is_empty() {
         return Ok(None);
     }
     let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
     let count = ids.len() as i64;
+    if backend == Backend::Sqlite {
+        let query = sqlx::query(chats_sql(false)).bind(list).bind(count);
+        return FirstStatement::sqlite(query, false, LOOKING_UP).map(Some);
+    }
     prepared::CHATS_BY_IDS
         .read(&[Literal::Text(&list), Literal::Int(count)])
         .map(Some)
@@ -226,13 +226,15 @@ pub async fn chats_by_ids(
                 .bind(count)
                 .fetch_all(conn)
                 .await
-                .ctx("looking up chats")?
+                .ctx(LOOKING_UP)?
         }
     };
     rows.iter()
         .map(|row| chat_from_row(row).map(|chat| (chat.id, chat)))
         .collect()
 }
+
+const LOOKING_UP: &str = "looking up chats";
 
 /// [`chats_by_ids`]' statement: `$1` the ids as a JSON array, `$2` how many.
 pub(super) fn chats_sql(postgres: bool) -> &'static str {
@@ -648,7 +650,7 @@ mod tests {
                 ..RowLocks::default()
             };
             let (mut w, first) = store
-                .begin_row_write_reading(&locks, chats_read(&ids).expect("read"))
+                .begin_row_write_reading(&locks, chats_read(&ids, store.backend()).expect("read"))
                 .await
                 .expect("begun");
             let chats = chats_by_ids(&mut w.tx, &ids, first).await.expect("chats");
@@ -731,10 +733,10 @@ mod tests {
                     .expect("the row");
                 results.push(Finished::delivered(seq, 2_000));
             }
-            // As the results' writer does: on PostgreSQL the results go
+            // As the results' writer does: the results go
             // with the begin of their transaction.
             let results: Vec<&Finished> = results.iter().collect();
-            let first = finish_statement(&results).expect("statement");
+            let first = finish_statement(&results, store.backend()).expect("statement");
             let locks = crate::store::locks::RowLocks {
                 outbox_rows: results.iter().map(|r| r.seq).collect(),
                 ..Default::default()

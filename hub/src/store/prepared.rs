@@ -14,7 +14,7 @@
 //! begun again.
 
 use super::batch::{Literal, inline};
-use super::{FirstStatement, StoreError, ingress};
+use super::{First, FirstStatement, StoreError, ingress};
 
 /// A statement every connection has under `name`, with its parameters'
 /// types.
@@ -94,13 +94,18 @@ const ALL: [&Prepared; 7] = [
 
 impl Prepared {
     /// `EXECUTE` of the statement with `values` written in (`batch::inline`).
-    pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstStatement, StoreError> {
+    pub(super) fn execute(&self, values: &[Literal<'_>]) -> Result<String, StoreError> {
         let args: Vec<String> = (1..=values.len()).map(|n| format!("${n}")).collect();
-        let sql = inline(
+        inline(
             &format!("EXECUTE {}({})", self.name, args.join(", ")),
             values,
-        )?;
-        Ok(FirstStatement(sql))
+        )
+    }
+
+    /// [`execute`](Prepared::execute) as a batch's first statement.
+    pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstStatement, StoreError> {
+        self.execute(values)
+            .map(|sql| FirstStatement(First::Postgres(sql)))
     }
 }
 

@@ -29,9 +29,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak, mpsc};
 
-use sqlx::{AnyConnection, Executor};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{AnyConnection, Execute, Executor};
 use tokio::sync::{Mutex, MutexGuard, Notify, oneshot};
 
+use super::batch::{self, Query};
 use super::{Ctx, StoreError};
 
 /// How far a commit must have gone before a write is acknowledged.
@@ -61,6 +63,11 @@ pub(super) struct Writer {
     /// A transaction was dropped without commit: its savepoint must be rolled
     /// back before the next statement.
     rollback_pending: bool,
+    /// A job's first statement, which wrote, failed or was cut off: whether
+    /// its savepoint was taken is unknown, so the whole open transaction
+    /// is rolled back and everyone waiting for it is told (see
+    /// [`Group::begin_first`]).
+    abort_pending: bool,
     /// Callers whose work is in the open transaction, waiting for its commit.
     waiters: Vec<Waiter>,
     /// Syncs the WAL after each commit and answers the group then; without
@@ -137,6 +144,7 @@ impl Group {
                 conn,
                 in_tx: false,
                 rollback_pending: false,
+                abort_pending: false,
                 waiters: Vec::new(),
                 syncer,
             }),
@@ -183,6 +191,78 @@ impl Group {
         })
     }
 
+    /// [`begin`](Group::begin) with the job's first statement in the same
+    /// round trip: `SAVEPOINT` (and `BEGIN` when the group's transaction is
+    /// not open yet), then `first`; its rows come back with the savepoint.
+    /// Each statement costs a hand-off to the driver's thread and back, and
+    /// the writer is held across them, so the savepoint's own round trip
+    /// was a third of a busy writer's.
+    ///
+    /// If `first` fails, whether the savepoint before it was taken is
+    /// unknown (a script stops at its first error). A read wrote nothing,
+    /// so nothing is rolled back (a savepoint left behind goes with the
+    /// group's commit); a write cannot be rolled back to its own savepoint
+    /// for certain, so the group's whole transaction is, and its waiting
+    /// transactions fail (they were not acknowledged: clients retry). The
+    /// same when the job is cut off in its first round trip.
+    pub(super) async fn begin_first(
+        &self,
+        first: Opening,
+    ) -> Result<(SharedTx<'_>, Vec<AnyRow>), StoreError> {
+        let mut writer = self.writer.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Commit("the database was closed".into()));
+        }
+        writer.settle().await?;
+        let opened = writer.in_tx;
+        let (begin, begun) = if opened {
+            ("SAVEPOINT job;\n", 1)
+        } else {
+            ("BEGIN IMMEDIATE; SAVEPOINT job;\n", 2)
+        };
+        let sql = format!("{begin}{}", first.sql);
+        // Until the answer is in, a job dropped (its future cut off) leaves
+        // the transaction in an unknown state: the flusher rolls it back.
+        writer.abort_pending = first.writes || !opened;
+        writer.in_tx = true;
+        let cut_off = NotifyOnDrop(Some(&self.flush));
+        let ran = batch::run(
+            &mut writer.conn,
+            sqlx::query_with(&sql, first.args),
+            first.what,
+        )
+        .await;
+        cut_off.disarm();
+        match ran {
+            Ok(statements) => {
+                writer.abort_pending = false;
+                let rows = statements.into_iter().nth(begun).unwrap_or_default();
+                Ok((
+                    SharedTx {
+                        writer,
+                        group: self,
+                        committed: false,
+                    },
+                    rows,
+                ))
+            }
+            Err(e) if !opened => {
+                // Nobody else's work is in it: roll back whatever began.
+                let _ = writer.conn.execute("ROLLBACK").await;
+                writer.in_tx = false;
+                writer.abort_pending = false;
+                Err(e)
+            }
+            Err(e) => {
+                if writer.abort_pending {
+                    tracing::error!(error = %e, waiting = writer.waiters.len(), "a write failed in its first statement; rolling back its group");
+                    self.flush.notify_one();
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Commits what is pending, then copies the rest of the WAL into the
     /// database file so that the next group writes it from its start.
     pub(super) async fn restart_wal(&self) -> Result<(), StoreError> {
@@ -210,8 +290,20 @@ impl Group {
 }
 
 impl Writer {
-    /// Rolls back a savepoint its transaction left behind.
+    /// Rolls back a savepoint its transaction left behind, or the whole
+    /// open transaction when a job's first write failed
+    /// ([`Group::begin_first`]).
     async fn settle(&mut self) -> Result<(), StoreError> {
+        if self.abort_pending {
+            let _ = self.conn.execute("ROLLBACK").await;
+            self.in_tx = false;
+            self.abort_pending = false;
+            self.rollback_pending = false;
+            let why =
+                Err("rolled back with a transaction of its group whose write failed".to_owned());
+            answer(std::mem::take(&mut self.waiters), &why);
+            return Ok(());
+        }
         if self.rollback_pending {
             self.conn
                 .execute("ROLLBACK TO job; RELEASE job")
@@ -335,8 +427,58 @@ async fn flusher(group: Weak<Group>, flush: Arc<Notify>) {
             return;
         }
         let mut writer = group.writer.lock().await;
-        if writer.in_tx || writer.rollback_pending {
+        if writer.in_tx || writer.rollback_pending || writer.abort_pending {
             writer.flush(&group.health).await;
+        }
+    }
+}
+
+/// A job's first statement for [`Group::begin_first`].
+pub(super) struct Opening {
+    sql: &'static str,
+    args: AnyArguments<'static>,
+    /// It changes something (a claim, results), not only reads.
+    writes: bool,
+    what: &'static str,
+}
+
+impl Opening {
+    pub(super) fn new(
+        mut query: Query<'static>,
+        writes: bool,
+        what: &'static str,
+    ) -> Result<Opening, StoreError> {
+        let sql = query.sql();
+        let args = query
+            .take_arguments()
+            .map_err(|e| StoreError::Db {
+                context: what,
+                source: sqlx::Error::Encode(e),
+            })?
+            .unwrap_or_default();
+        Ok(Opening {
+            sql,
+            args,
+            writes,
+            what,
+        })
+    }
+}
+
+/// Wakes the flusher if dropped before [`disarm`](NotifyOnDrop::disarm):
+/// a job cut off in its first round trip leaves work for it.
+struct NotifyOnDrop<'a>(Option<&'a Notify>);
+
+impl NotifyOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for NotifyOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(flush) = self.0 {
+            flush.notify_one();
         }
     }
 }

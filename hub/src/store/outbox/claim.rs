@@ -20,12 +20,25 @@ impl Store {
             let statements = self.write_rows_script(&script, CLAIMING).await?;
             return claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default());
         }
-        let mut w = self.begin_row_write().await?;
-        let claimed = claim_in(&mut w.tx, self.backend(), owner, now, lease_ms, limit).await?;
+        // The claim goes in the round trip that begins its job.
+        let claim = sqlx::query(claim_sql(Backend::Sqlite))
+            .bind(now + lease_ms)
+            .bind(now)
+            .bind(limit)
+            .bind(owner.clone());
+        let first = FirstStatement::sqlite(claim, true, CLAIMING)?;
+        let (w, rows) = self
+            .begin_row_write_reading(&crate::store::locks::RowLocks::default(), Some(first))
+            .await?;
+        let claimed = claimed_rows(&rows.map(|FirstRows(rows)| rows).unwrap_or_default())?;
+        let commit = w.into_commit();
         if claimed.is_empty() {
+            // It changed nothing: its commit is not waited for (and a
+            // savepoint of its own to roll back would cost a round trip).
+            drop(commit);
             return Ok(claimed);
         }
-        w.commit().await?;
+        commit.await?;
         Ok(claimed)
     }
 
@@ -42,7 +55,7 @@ impl Store {
         if self.backend() == Backend::Postgres {
             let mut script = claim_script(&self.identity().id, now, lease_ms, limit)?;
             script.push_str("; ");
-            script.push_str(&prepared::NEXT_DUE.read(&[Literal::Int(now)])?.0);
+            script.push_str(&prepared::NEXT_DUE.execute(&[Literal::Int(now)])?);
             let statements = self.write_rows_script(&script, CLAIMING).await?;
             let claimed = claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default())?;
             if claimed.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
@@ -157,13 +170,12 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// round trip, not four (begin, claim, commit, each apart), planned per
 /// claim either way.
 fn claim_script(owner: &str, now: i64, lease_ms: i64, limit: i64) -> Result<String, StoreError> {
-    let claim = prepared::CLAIM.read(&[
+    prepared::CLAIM.execute(&[
         Literal::Int(now + lease_ms),
         Literal::Int(now),
         Literal::Int(limit),
         Literal::Text(owner),
-    ])?;
-    Ok(claim.0)
+    ])
 }
 
 /// [`Store::next_due_at`]'s statement. SQLite's planner would find the
@@ -246,8 +258,9 @@ pub(in crate::store) fn claim_sql(backend: Backend) -> &'static str {
     })
 }
 
-/// [`Store::claim_due`]'s work in the caller's transaction: the rows
-/// leased, in `seq` order.
+/// [`Store::claim_due`]'s statement in the caller's transaction (tests'
+/// claims beside other writes): the rows leased, in `seq` order.
+#[cfg(test)]
 pub(super) async fn claim_in(
     conn: &mut AnyConnection,
     backend: Backend,

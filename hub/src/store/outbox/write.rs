@@ -196,8 +196,8 @@ pub const MAX_FINISHED: usize = 128;
 /// (`RowLocks::outbox_rows`, or [`locks::order_keys_of_rows`]).
 ///
 /// [`locks::order_keys_of_rows`]: crate::store::locks::order_keys_of_rows
-/// `first`: on PostgreSQL, when [`finish_statement`] was sent with the
-/// transaction's begin, the rows are written already.
+/// `first`: when [`finish_statement`] was sent with the transaction's
+/// begin, the rows are written already.
 pub async fn finish_many(
     conn: &mut AnyConnection,
     rows: &[&Finished],
@@ -209,6 +209,12 @@ pub async fn finish_many(
     if is_postgres(conn) {
         return finish_postgres(conn, rows).await;
     }
+    batch::run(conn, finish_script(rows), FINISHING).await?;
+    Ok(())
+}
+
+/// SQLite: the batch's script over a temporary table, with its values.
+fn finish_script(rows: &[&Finished]) -> batch::Query<'static> {
     let slots = slots_for(rows.len());
     let mut query = sqlx::query(FINISH_SCRIPTS.get(slots));
     for (ord, row) in rows.iter().enumerate() {
@@ -231,9 +237,7 @@ pub async fn finish_many(
             .bind(e.payload.to_string())
             .bind(e.at);
     }
-    let query = batch::pad_slots(query, FINISH_COLUMNS, rows.len(), slots);
-    batch::run(conn, query, "recording delivery results").await?;
-    Ok(())
+    batch::pad_slots(query, FINISH_COLUMNS, rows.len(), slots)
 }
 
 /// PostgreSQL: the batch as the JSON parameter of one statement (PostgreSQL
@@ -252,14 +256,21 @@ async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result
 
 const FINISHING: &str = "recording delivery results";
 
-/// PostgreSQL: [`PG_FINISH`] for `rows`, to send with the begin of their
-/// transaction ([`Store::begin_row_write_reading`]); then
-/// [`finish_many`] has nothing left to do.
+/// [`finish_many`]'s statement for `rows` (on PostgreSQL [`PG_FINISH`]),
+/// to send with the begin of their transaction
+/// ([`Store::begin_row_write_reading`]); then [`finish_many`] has nothing
+/// left to do.
 ///
 /// [`Store::begin_row_write_reading`]: crate::store::Store::begin_row_write_reading
-pub fn finish_statement(rows: &[&Finished]) -> Result<Option<FirstStatement>, StoreError> {
+pub fn finish_statement(
+    rows: &[&Finished],
+    backend: Backend,
+) -> Result<Option<FirstStatement>, StoreError> {
     if rows.is_empty() {
         return Ok(None);
+    }
+    if backend == Backend::Sqlite {
+        return FirstStatement::sqlite(finish_script(rows), true, FINISHING).map(Some);
     }
     let json = finished_json(rows);
     prepared::FINISH
