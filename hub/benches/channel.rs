@@ -1407,6 +1407,62 @@ impl Delivered {
 /// Sends `n` agent replies spread over the open chats, the connections
 /// spread over `bases` (hubs on one database), and waits until every reply
 /// the hubs accepted is delivered.
+/// One connection of [`deliveries`]: replies `next` of `n` round `ids`
+/// until they run out; how many were accepted. The same bare keep-alive
+/// HTTP/1.1 client as the ingress load ([`load_counted`]): the load
+/// generator shares the hub's two cores, and a client that parses a URL and
+/// looks up a pool per request took cores the hub would have used. A
+/// connection the hub closes is made again.
+async fn reply_loop(base: &str, token: &str, ids: &[i64], next: &AtomicUsize, n: usize) -> usize {
+    let authority = base.trim_start_matches("http://");
+    let authorization = format!("Bearer {token}");
+    let body = Bytes::from_static(br#"{"type":"text","text":"Premium is 10 a month."}"#);
+    let mut accepted = 0;
+    let mut broken = 0;
+    while broken < 3 {
+        let Ok(stream) = TcpStream::connect(authority).await else {
+            broken += 1;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok((mut send, conn)) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+        else {
+            broken += 1;
+            continue;
+        };
+        tokio::spawn(conn);
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return accepted;
+            }
+            let chat = ids[i % ids.len()];
+            let req = http::Request::post(format!("/agent/v1/chats/{chat}/messages"))
+                .header("host", authority)
+                .header("authorization", authorization.as_str())
+                .header("content-type", "application/json")
+                .body(Full::new(body.clone()))
+                .expect("request");
+            match send.send_request(req).await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let _ = resp.into_body().collect().await;
+                    if status.is_success() {
+                        accepted += 1;
+                    }
+                    broken = 0;
+                }
+                Err(_) => {
+                    broken += 1;
+                    break;
+                }
+            }
+        }
+    }
+    accepted
+}
+
 async fn deliveries(
     bases: &[String],
     token: &str,
@@ -1435,32 +1491,14 @@ async fn deliveries(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..conns {
-        let (http, base, token, ids, next) = (
-            http.clone(),
+        let (base, token, ids, next) = (
             bases[c % bases.len()].clone(),
             token.to_owned(),
             ids.clone(),
             next.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut accepted = 0;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let chat = ids[i % ids.len()];
-                let sent = http
-                    .post(format!("{base}/agent/v1/chats/{chat}/messages"))
-                    .bearer_auth(&token)
-                    .json(&json!({ "type": "text", "text": "Premium is 10 a month." }))
-                    .send()
-                    .await;
-                if sent.is_ok_and(|r| r.status().is_success()) {
-                    accepted += 1;
-                }
-            }
-            accepted
+            reply_loop(&base, &token, &ids, &next, n).await
         }));
     }
     let mut accepted = 0;
