@@ -21,11 +21,7 @@ impl Store {
             return claimed_rows(statements.first().map(Vec::as_slice).unwrap_or_default());
         }
         // The claim goes in the round trip that begins its job.
-        let claim = sqlx::query(claim_sql(Backend::Sqlite))
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(limit)
-            .bind(owner.clone());
+        let claim = claim_query(Backend::Sqlite, owner, now, lease_ms, limit);
         let first = FirstStatement::sqlite(claim, true, CLAIMING)?;
         let (w, rows) = self
             .begin_row_write_reading(&crate::store::locks::RowLocks::default(), Some(first))
@@ -269,15 +265,26 @@ pub(super) async fn claim_in(
     lease_ms: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
-    let rows = sqlx::query(claim_sql(backend))
-        .bind(now + lease_ms)
-        .bind(now)
-        .bind(limit)
-        .bind(owner)
+    let rows = claim_query(backend, owner, now, lease_ms, limit)
         .fetch_all(&mut *conn)
         .await
         .ctx(CLAIMING)?;
     claimed_rows(&rows)
+}
+
+/// [`claim_sql`] with its values.
+fn claim_query(
+    backend: Backend,
+    owner: &str,
+    now: i64,
+    lease_ms: i64,
+    limit: i64,
+) -> batch::Query<'static> {
+    sqlx::query(claim_sql(backend))
+        .bind(now + lease_ms)
+        .bind(now)
+        .bind(limit)
+        .bind(owner.to_owned())
 }
 
 const CLAIMING: &str = "leasing due deliveries";
