@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::core::error::CoreError;
 use crate::store::locks::RowLocks;
-use crate::store::{Backend, Conn, FirstRows, FirstStatement, Store, StoreError};
+use crate::store::{Backend, FirstRows, FirstStatement, Store, StoreError, TxConn};
 
 /// How many jobs may wait for a writer before their senders wait too.
 const QUEUE: usize = 4096;
@@ -51,8 +51,12 @@ pub(super) trait BatchWrite: Send + 'static {
     /// [`locks`](BatchWrite::locks) held and `first` what their
     /// [`first_statement`](BatchWrite::first_statement) returned then
     /// (`None` when there was none); one result per job.
+    ///
+    /// On PostgreSQL the last statements may carry the commit
+    /// ([`TxConn::finish`]); an error after that is answered to every job,
+    /// never retried.
     fn write<'a>(
-        conn: &'a mut Conn,
+        conn: &'a mut TxConn<'_>,
         jobs: &'a mut [Self::Job],
         first: Option<FirstRows>,
     ) -> impl Future<Output = Result<Vec<Self::Done>, CoreError>> + Send + 'a;
@@ -292,18 +296,47 @@ async fn write_jobs<W: BatchWrite>(
             drop(lane);
             answer_after(written, dones).await;
         }
-        Err(e) if jobs.len() > 1 && !unreachable(&e) => {
+        Err(Failed {
+            error: e,
+            ended: false,
+        }) if jobs.len() > 1 && !unreachable(&e) => {
             tracing::warn!(error = %e, count = jobs.len(), what = W::WHAT, "a batch failed; writing its jobs one by one");
             for (job, done) in jobs.into_iter().zip(dones) {
                 let mut one = [job];
                 match write_batch::<W>(store, &mut one).await {
                     Ok(written) => answer_after(written, vec![done]).await,
-                    Err(e) => answer_all(vec![done], e, W::WHAT),
+                    Err(failed) => answer_all(vec![done], failed.error, W::WHAT),
                 }
             }
             drop(lane);
         }
-        Err(e) => answer_all(dones, e, W::WHAT),
+        Err(failed) => answer_all(dones, failed.error, W::WHAT),
+    }
+}
+
+/// Why a batch was not written, and whether its transaction had ended
+/// (its last statements carried the commit): then nothing of it may be
+/// written again.
+struct Failed {
+    error: CoreError,
+    ended: bool,
+}
+
+impl From<StoreError> for Failed {
+    fn from(error: StoreError) -> Failed {
+        Failed {
+            error: CoreError::Store(error),
+            ended: false,
+        }
+    }
+}
+
+impl From<CoreError> for Failed {
+    fn from(error: CoreError) -> Failed {
+        Failed {
+            error,
+            ended: false,
+        }
     }
 }
 
@@ -317,11 +350,28 @@ type Written<D> = (Vec<D>, crate::store::Committing);
 async fn write_batch<W: BatchWrite>(
     store: &Store,
     jobs: &mut [W::Job],
-) -> Result<Written<W::Done>, CoreError> {
+) -> Result<Written<W::Done>, Failed> {
     let read = W::first_statement(jobs, store.backend())?;
-    let (mut w, first) = store.begin_row_write_reading(&W::locks(jobs), read).await?;
-    let results = W::write(&mut w.tx, jobs, first).await?;
-    Ok((results, w.into_commit()))
+    let (mut w, first) = match store.begin_row_write_reading(&W::locks(jobs), read).await {
+        Ok(begun) => begun,
+        Err(error) => {
+            return Err(Failed {
+                ended: matches!(error, StoreError::InDoubt(_)),
+                error: CoreError::Store(error),
+            });
+        }
+    };
+    match W::write(&mut w.tx, jobs, first).await {
+        Ok(results) => Ok((results, w.into_commit())),
+        Err(error) => Err(Failed {
+            ended: w.tx.ended() || in_doubt(&error),
+            error,
+        }),
+    }
+}
+
+fn in_doubt(error: &CoreError) -> bool {
+    matches!(error, CoreError::Store(StoreError::InDoubt(_)))
 }
 
 async fn answer_after<D>(written: Written<D>, dones: Vec<oneshot::Sender<Result<D, CoreError>>>) {
@@ -379,7 +429,7 @@ mod tests {
         const WHAT: &'static str = "probes";
 
         async fn write(
-            conn: &mut Conn,
+            conn: &mut TxConn<'_>,
             jobs: &mut [i64],
             _: Option<FirstRows>,
         ) -> Result<Vec<i64>, CoreError> {
@@ -404,7 +454,7 @@ mod tests {
         const WHAT: &'static str = "keys";
 
         async fn write(
-            conn: &mut Conn,
+            conn: &mut TxConn<'_>,
             jobs: &mut [i64],
             _: Option<FirstRows>,
         ) -> Result<Vec<i64>, CoreError> {
@@ -421,6 +471,43 @@ mod tests {
         }
     }
 
+    /// Sets each job's key, commits with its last statement (PostgreSQL,
+    /// `TxConn::finish`), then fails, as a batch whose results could not be
+    /// read back after its commit. Every batch it is given is kept.
+    struct EndsThenFails;
+
+    static ENDED_BATCHES: std::sync::Mutex<Vec<Vec<i64>>> = std::sync::Mutex::new(Vec::new());
+
+    impl BatchWrite for EndsThenFails {
+        type Job = i64;
+        type Done = i64;
+        const MAX: usize = 16;
+        const WHAT: &'static str = "ending keys";
+
+        /// Any first statement: the transaction begins with it.
+        fn first_statement(
+            jobs: &[i64],
+            backend: Backend,
+        ) -> Result<Option<FirstStatement>, StoreError> {
+            crate::store::outgoing::chats_read(jobs, backend)
+        }
+
+        async fn write(
+            conn: &mut TxConn<'_>,
+            jobs: &mut [i64],
+            _: Option<FirstRows>,
+        ) -> Result<Vec<i64>, CoreError> {
+            ENDED_BATCHES.lock().expect("batches").push(jobs.to_vec());
+            for &job in jobs.iter() {
+                let writes = [(format!("k{job}"), Some(job.to_string()))].into();
+                crate::store::kv::apply(conn, "ending-test", &writes, 0).await?;
+            }
+            assert!(conn.can_finish(), "begun with its first statement");
+            conn.finish("SELECT 1", "ending").await?;
+            Err(CoreError::Invalid("its results could not be read".into()))
+        }
+    }
+
     /// Writes nothing; keeps the length of every batch it is given.
     struct Sizes;
 
@@ -433,7 +520,7 @@ mod tests {
         const WHAT: &'static str = "sizes";
 
         async fn write(
-            _conn: &mut Conn,
+            _conn: &mut TxConn<'_>,
             jobs: &mut [usize],
             _: Option<FirstRows>,
         ) -> Result<Vec<usize>, CoreError> {
@@ -468,6 +555,33 @@ mod tests {
         written.sort_unstable();
         assert_eq!(written, (0..8).collect::<Vec<_>>());
         assert_eq!(*SIZES.lock().expect("sizes"), [8], "one batch of all eight");
+    }
+
+    /// On PostgreSQL a batch that failed after its last statement committed
+    /// it is answered as failed, and not written again job by job (each
+    /// job would be stored twice): its jobs are stored once.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_batch_that_failed_after_its_commit_is_not_written_again() {
+        let store = crate::store::required_test_postgres().await;
+        let batcher = Batcher::<EndsThenFails>::default();
+        // Queued together before the writer runs: one batch.
+        let results =
+            futures_util::future::join_all([1, 2, 3].map(|n| batcher.write(&store, n))).await;
+        assert!(results.iter().all(Result::is_err), "{results:?}");
+        assert_eq!(
+            *ENDED_BATCHES.lock().expect("batches"),
+            [vec![1, 2, 3]],
+            "written once, not again job by job"
+        );
+        let stored: Vec<String> = store
+            .kv_entries("ending-test")
+            .await
+            .expect("keys")
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(stored, ["k1", "k2", "k3"]);
     }
 
     /// On SQLite, the group commit's database: a bad job fails its batch,

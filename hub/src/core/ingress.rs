@@ -12,10 +12,10 @@ use crate::core::webhooks;
 use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::ingress::{
-    CustomerWrite, CustomerWritten, MAX_BATCH, known_read, write_customer_messages,
+    CustomerWrite, CustomerWritten, MAX_BATCH, Then, known_read, write_customer_messages,
 };
 use crate::store::locks::RowLocks;
-use crate::store::{Backend, Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, FirstRows, FirstStatement, StoreError, TxConn};
 
 /// A stored customer message, as its request learns it.
 #[derive(Debug)]
@@ -64,12 +64,22 @@ impl BatchWrite for Ingress {
     }
 
     async fn write(
-        conn: &mut Conn,
+        conn: &mut TxConn<'_>,
         jobs: &mut [Job],
         first: Option<FirstRows>,
     ) -> Result<Vec<Written>, CoreError> {
         let writes: Vec<&CustomerWrite> = jobs.iter().map(|j| &j.write).collect();
-        let written = write_customer_messages(conn, &writes, first).await?;
+        // Below, each message's plugin effects and bot hook, and the
+        // `chat_updated` webhook of a known chat whose profile changed.
+        let effects = jobs
+            .iter()
+            .any(|j| !j.forwards.is_empty() || !j.kv_writes.is_empty() || j.bot.is_some());
+        let then = if effects {
+            Then::More
+        } else {
+            Then::ChatUpdates
+        };
+        let written = write_customer_messages(conn, &writes, first, then).await?;
         let mut results = Vec::with_capacity(jobs.len());
         for (job, written) in jobs.iter_mut().zip(written) {
             let chat_id = written.chat.as_ref().map(|c| c.id);

@@ -20,7 +20,7 @@ use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
     MAX_OUTGOING, OutgoingWrite, accept_chats, chats_by_ids, chats_read, write_outgoing,
 };
-use crate::store::{Backend, Chat, ChatState, Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, Chat, ChatState, FirstRows, FirstStatement, StoreError, TxConn};
 
 /// A message on its way to the database, with its plugins' effects.
 pub(super) struct Job {
@@ -73,7 +73,7 @@ impl BatchWrite for Outgoing {
     }
 
     async fn write(
-        conn: &mut Conn,
+        conn: &mut TxConn<'_>,
         jobs: &mut [Job],
         first: Option<FirstRows>,
     ) -> Result<Vec<Self::Done>, CoreError> {
@@ -124,7 +124,14 @@ impl BatchWrite for Outgoing {
             .filter(|(_, d)| d.is_ok())
             .map(|(j, _)| &j.write)
             .collect();
-        let mut message_ids = write_outgoing(conn, &writes, &queued).await?.into_iter();
+        // Below, only the messages' plugin effects: without any, the
+        // messages' statement ends the transaction.
+        let last = jobs
+            .iter()
+            .all(|j| j.forwards.is_empty() && j.kv_writes.is_empty());
+        let mut message_ids = write_outgoing(conn, &writes, &queued, last)
+            .await?
+            .into_iter();
         let mut results = Vec::with_capacity(jobs.len());
         for (job, decided) in jobs.iter().zip(decided) {
             let result = match decided {

@@ -10,7 +10,7 @@ use crate::pipeline::record_effects;
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish_many, finish_statement};
-use crate::store::{Backend, Conn, FirstRows, FirstStatement, StoreError};
+use crate::store::{Backend, FirstRows, FirstStatement, StoreError, TxConn};
 
 /// A final result on its way to the database, with its plugins' effects.
 pub(super) struct ResultJob {
@@ -42,11 +42,17 @@ impl BatchWrite for Results {
         backend: Backend,
     ) -> Result<Option<FirstStatement>, StoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
-        finish_statement(&rows, backend)
+        let statement = finish_statement(&rows, backend)?;
+        // Without plugin effects to write after them, the results are the
+        // whole transaction: one round trip on PostgreSQL.
+        let effects = jobs
+            .iter()
+            .any(|j| !j.forwards.is_empty() || !j.kv_writes.is_empty());
+        Ok(statement.map(|s| if effects { s } else { s.alone() }))
     }
 
     async fn write(
-        conn: &mut Conn,
+        conn: &mut TxConn<'_>,
         jobs: &mut [ResultJob],
         first: Option<FirstRows>,
     ) -> Result<Vec<()>, CoreError> {

@@ -24,7 +24,7 @@ use super::chats::CLIENT_MERGE;
 use super::prepared;
 use super::{
     Author, Backend, Chat, ChatState, Client, Ctx, FirstRows, FirstStatement, MessageRow,
-    StoreError, is_postgres,
+    StoreError, TxConn, is_postgres,
 };
 use crate::event::Event;
 
@@ -45,6 +45,18 @@ pub struct CustomerWrite {
     /// Its event-log row; the chat is filled in here.
     pub event: Event,
     pub now: i64,
+}
+
+/// What the caller of [`write_customer_messages`] writes after the batch,
+/// in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Something, whatever the messages did.
+    More,
+    /// Only the `chat_updated` webhooks of messages that change a known
+    /// sender's profile and open no chat: a batch without one ends its
+    /// transaction.
+    ChatUpdates,
 }
 
 /// What storing one customer message did.
@@ -82,13 +94,16 @@ const BATCH_CLIENT: &str =
 /// the plan.
 ///
 /// `known`: what [`known_read`] read as the transaction began, if it was
-/// sent then (else it is read here).
+/// sent then (else it is read here). `then`: what the caller writes after
+/// them; when it is nothing, PostgreSQL's last statement carries the
+/// commit ([`TxConn::finish`]).
 ///
 /// [`Store::begin_row_write_locking`]: super::Store::begin_row_write_locking
 pub async fn write_customer_messages(
-    conn: &mut AnyConnection,
+    conn: &mut TxConn<'_>,
     items: &[&CustomerWrite],
     known: Option<FirstRows>,
+    then: Then,
 ) -> Result<Vec<CustomerWritten>, StoreError> {
     if items.is_empty() {
         return Ok(Vec::new());
@@ -96,7 +111,12 @@ pub async fn write_customer_messages(
     let known = known_clients(conn, items, known).await?;
     let plan = Plan::new(items, known);
     let results = if is_postgres(conn) {
-        write_postgres(conn, items, &plan).await?
+        let last = conn.can_finish()
+            && match then {
+                Then::More => false,
+                Then::ChatUpdates => !plan.steps.iter().any(|s| s.profile_changed && !s.opens),
+            };
+        write_postgres(conn, items, &plan, last).await?
     } else {
         write_sqlite(conn, items, &plan).await?
     };
@@ -355,10 +375,14 @@ async fn write_sqlite(
 /// One `INSERT … ON CONFLICT DO UPDATE` may not change a row twice, so the
 /// clients go in once each, with the profile the plan merged for the last
 /// of their messages: what upserting them message by message leaves.
+///
+/// `last`: nothing is written after the batch, so its last statement (the
+/// messages', or the new visitors' numbers) carries the commit.
 async fn write_postgres(
-    conn: &mut AnyConnection,
+    conn: &mut TxConn<'_>,
     items: &[&CustomerWrite],
     plan: &Plan,
+    last: bool,
 ) -> Result<Vec<ResultRow>, StoreError> {
     let mut clients: Vec<Value> = Vec::new();
     // Whether each of `clients` is written: a known sender whose messages
@@ -412,7 +436,7 @@ async fn write_postgres(
         sqlx::query(pg_clients_sql())
             .bind(Value::Array(clients).to_string())
             .bind(Value::Array(opening).to_string())
-            .execute(&mut *conn)
+            .execute(&mut **conn)
             .await
             .ctx(WHAT)?;
     }
@@ -429,9 +453,16 @@ async fn write_postgres(
             })
         })
         .collect();
-    let statements = run_script(conn, PG_MESSAGES, Value::Array(rows).to_string(), WHAT).await?;
+    let rows = Value::Array(rows).to_string();
+    let numbers = plan.steps.iter().any(|s| s.number.is_some());
+    let statements = if last && !numbers {
+        let sql = prepared::CUSTOMER_MESSAGES.execute(&[Literal::Text(&rows)])?;
+        conn.finish(&sql, WHAT).await?
+    } else {
+        run_script(conn, PG_MESSAGES, rows, WHAT).await?
+    };
     let mut results: Vec<ResultRow> = json_cell(statements.first(), 0)?;
-    number_new_clients(conn, &plan.steps, &mut results).await?;
+    number_new_clients(conn, &plan.steps, &mut results, last).await?;
     Ok(results)
 }
 
@@ -440,11 +471,13 @@ async fn write_postgres(
 /// statement: the counter's row is then locked only from here to the
 /// commit, and only by batches that create clients. The senders' locks make
 /// the plan's "new" exact, so no number is taken for a client another
-/// writer created (the numbers have no gaps).
+/// writer created (the numbers have no gaps). `last`: it carries the
+/// commit.
 async fn number_new_clients(
-    conn: &mut AnyConnection,
+    conn: &mut TxConn<'_>,
     steps: &[Step],
     results: &mut [ResultRow],
+    last: bool,
 ) -> Result<(), StoreError> {
     let new: Vec<i64> = steps
         .iter()
@@ -455,12 +488,26 @@ async fn number_new_clients(
     if new.is_empty() {
         return Ok(());
     }
-    let numbered: Vec<(i64, i64)> = sqlx::query_as(PG_NUMBERING)
-        .bind(serde_json::to_string(&new).unwrap_or_else(|_| "[]".into()))
-        .bind(new.len() as i64)
-        .fetch_all(&mut *conn)
-        .await
-        .ctx("numbering new visitors")?;
+    let ids = serde_json::to_string(&new).unwrap_or_else(|_| "[]".into());
+    let numbered: Vec<(i64, i64)> = if last {
+        let sql =
+            prepared::NUMBERING.execute(&[Literal::Text(&ids), Literal::Int(new.len() as i64)])?;
+        let statements = conn.finish(&sql, "numbering new visitors").await?;
+        statements
+            .first()
+            .into_iter()
+            .flatten()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .ctx("numbering new visitors")?
+    } else {
+        sqlx::query_as(PG_NUMBERING)
+            .bind(ids)
+            .bind(new.len() as i64)
+            .fetch_all(&mut **conn)
+            .await
+            .ctx("numbering new visitors")?
+    };
     if numbered.len() != new.len() {
         return Err(StoreError::Corrupt(format!(
             "{} of {} new visitors were numbered",
@@ -480,7 +527,7 @@ async fn number_new_clients(
 /// PostgreSQL: `$1` the new clients' ids in the order they are numbered,
 /// `$2` how many. The clients by key (`= ANY`), each numbered by a look
 /// into the batch's few: joined as a set, PostgreSQL may hash every client.
-const PG_NUMBERING: &str = "WITH n AS (UPDATE counters SET value = value + $2 \
+pub(super) const PG_NUMBERING: &str = "WITH n AS (UPDATE counters SET value = value + $2 \
      WHERE name = 'visitor_number' RETURNING value - $2 AS base), \
      x AS (SELECT CAST(value AS BIGINT) AS id, ordinality AS i \
       FROM json_array_elements_text($1::JSON) WITH ORDINALITY) \
@@ -516,7 +563,7 @@ fn pg_clients_sql() -> &'static str {
 /// result reads the chats as the touch left them. Each message's client and
 /// chat are one index lookup each (`LATERAL … LIMIT 1`, as in [`known_sql`];
 /// the chat ordered as in [`LIVE_CHAT`]).
-const PG_MESSAGES: &str = "WITH b AS (SELECT x.*, c.id AS client_id, c.visitor_number, \
+pub(super) const PG_MESSAGES: &str = "WITH b AS (SELECT x.*, c.id AS client_id, c.visitor_number, \
      (SELECT lc.id FROM chats lc WHERE lc.client_id = c.id AND lc.state <> 'closed' \
       ORDER BY lc.id + 0 DESC LIMIT 1) AS chat_id \
      FROM json_to_recordset($1::JSON) AS x(seq BIGINT, ch BIGINT, k TEXT, now BIGINT, \
@@ -749,7 +796,8 @@ mod tests {
 
     async fn write(store: &Store, items: &[CustomerWrite]) -> Vec<CustomerWritten> {
         let mut w = store.begin_write().await.expect("write");
-        let written = write_customer_messages(&mut w.tx, &items.iter().collect::<Vec<_>>(), None)
+        let items: Vec<&CustomerWrite> = items.iter().collect();
+        let written = write_customer_messages(&mut w.tx, &items, None, Then::More)
             .await
             .expect("batch");
         w.commit().await.expect("commit");
@@ -798,7 +846,8 @@ mod tests {
                 .await
                 .expect("begun");
             assert!(known.is_some(), "the read came back with the begin");
-            let written = write_customer_messages(&mut w.tx, &refs, known)
+            // Nothing after it: its last statement commits it.
+            let written = write_customer_messages(&mut w.tx, &refs, known, Then::ChatUpdates)
                 .await
                 .expect("batch");
             w.commit().await.expect("commit");
@@ -827,9 +876,10 @@ mod tests {
             .begin_row_write_reading(&RowLocks::default(), read)
             .await
             .expect("begun");
-        write_customer_messages(&mut w.tx, &refs, known)
+        write_customer_messages(&mut w.tx, &refs, known, Then::More)
             .await
             .expect("batch");
+        assert!(!w.tx.ended(), "more to write: not committed");
         drop(w);
         write(
             &store,
@@ -842,6 +892,96 @@ mod tests {
             .await
             .expect("count");
         assert_eq!(clients, 2, "ann and bob");
+    }
+
+    /// On PostgreSQL a batch its caller writes nothing after is committed
+    /// by its last statement (the new visitors' numbers, else the
+    /// messages'): stored once that round trip returns, before its commit
+    /// is awaited. A batch that changes a known chat's profile (its caller
+    /// queues that chat's webhook) or has more after it is not; one whose
+    /// statement the server refuses leaves nothing.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_batch_with_nothing_after_it_is_committed_by_its_last_statement_on_postgres() {
+        use crate::store::locks::RowLocks;
+        let store = crate::store::required_test_postgres().await;
+        let channel = test_channel(&store, "last").await;
+        let messages = async || -> i64 {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM messages")
+                .fetch_one(store.pool())
+                .await
+                .expect("count");
+            n
+        };
+        let begin = async |items: &[&CustomerWrite]| {
+            let read = known_read(items, store.backend()).expect("read");
+            store
+                .begin_row_write_reading(&RowLocks::default(), read)
+                .await
+                .expect("begun")
+        };
+        // (what, the batch, whether its last statement commits it)
+        let cases = [
+            (
+                "a new sender",
+                from(channel, sender("ann", None, None), Some("hi"), 1),
+                true,
+            ),
+            (
+                "a known sender",
+                from(channel, sender("ann", None, None), Some("again"), 2),
+                true,
+            ),
+            (
+                "a known sender's new name",
+                from(channel, sender("ann", Some("Ann"), None), Some("named"), 3),
+                false,
+            ),
+        ];
+        for (what, item, ends) in cases {
+            let before = messages().await;
+            let refs = [&item];
+            let (mut w, known) = begin(&refs).await;
+            let written = write_customer_messages(&mut w.tx, &refs, known, Then::ChatUpdates)
+                .await
+                .expect("batch");
+            assert_eq!(w.tx.ended(), ends, "{what}");
+            let seen = messages().await;
+            assert_eq!(
+                seen,
+                before + i64::from(ends),
+                "{what}: stored before its commit"
+            );
+            assert_eq!(written[0].client.visitor_number, 1, "{what}");
+            w.commit().await.expect("commit");
+            assert_eq!(messages().await, before + 1, "{what}: stored once");
+        }
+        // The server refuses the batch (its event's id is taken): the
+        // transaction ends with nothing of it.
+        let before = messages().await;
+        let mut item = from(channel, sender("bob", None, None), Some("dup"), 4);
+        let (taken,): (String,) = sqlx::query_as("SELECT id FROM events LIMIT 1")
+            .fetch_one(store.pool())
+            .await
+            .expect("an event");
+        item.event.id = taken.parse().expect("an event id");
+        let refs = [&item];
+        let (mut w, known) = begin(&refs).await;
+        let refused = write_customer_messages(&mut w.tx, &refs, known, Then::ChatUpdates).await;
+        assert!(refused.is_err(), "the event's id is taken");
+        assert!(!w.tx.ended(), "refused, not ended");
+        drop(w);
+        let bob = from(channel, sender("bob", None, None), Some("hi"), 5);
+        let (mut w, known) = begin(&[&bob]).await;
+        let written = write_customer_messages(&mut w.tx, &[&bob], known, Then::ChatUpdates)
+            .await
+            .expect("after a refused batch");
+        w.commit().await.expect("commit");
+        assert_eq!(messages().await, before + 1, "bob's second message only");
+        assert_eq!(
+            written[0].client.visitor_number, 2,
+            "no number taken by the refused one"
+        );
     }
 
     /// One batch leaves what its messages written one by one, in order,

@@ -83,6 +83,11 @@ pub enum StoreError {
     /// The group commit that held this transaction failed.
     #[error("the write was not committed: {0}")]
     Commit(String),
+    /// A transaction whose `COMMIT` went with its statements was cut off
+    /// before its answer came back: it may be stored, so it is not written
+    /// again ([`TxConn::finish`]).
+    #[error("{0} (whether it was stored is unknown)")]
+    InDoubt(String),
     /// The read or write this request shared with others failed (the
     /// first failure is logged where it happened).
     #[error("{0}")]
@@ -311,6 +316,9 @@ impl std::ops::DerefMut for TxConn<'_> {
 struct RawTx {
     /// Present until the commit or the drop takes it.
     conn: Option<sqlx::pool::PoolConnection<Any>>,
+    /// Set once its last statements ended it ([`TxConn::finish`]):
+    /// nothing is left to commit or roll back.
+    ended: bool,
 }
 
 impl RawTx {
@@ -330,6 +338,9 @@ impl RawTx {
         let Some(mut conn) = self.conn.take() else {
             return Ok(());
         };
+        if self.ended {
+            return Ok(());
+        }
         let done = batch::run_simple(&mut conn, "COMMIT", "committing")
             .await
             .map(|_| ());
@@ -346,6 +357,9 @@ impl Drop for RawTx {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
+        if self.ended {
+            return;
+        }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
@@ -360,6 +374,71 @@ impl Drop for RawTx {
     }
 }
 
+impl TxConn<'_> {
+    /// Whether [`finish`](TxConn::finish) commits in its statements' round
+    /// trip: a PostgreSQL transaction begun with its first statement
+    /// ([`Store::begin_row_write_reading`]), whose connection has every
+    /// [`prepared`] statement. Elsewhere the commit is a step of its own
+    /// (SQLite's group commit, sqlx's transactions).
+    pub fn can_finish(&self) -> bool {
+        matches!(&self.0, TxInner::Raw { tx, .. } if !tx.ended)
+    }
+
+    /// Whether [`finish`](TxConn::finish) ended the transaction: it
+    /// committed, or its round trip failed on the way and whether it
+    /// committed is unknown. Either way its work must not be done again.
+    pub fn ended(&self) -> bool {
+        matches!(&self.0, TxInner::Raw { tx, .. } if tx.ended)
+    }
+
+    /// Runs `sql`, the transaction's last statements (values written in,
+    /// `batch::inline`), and `COMMIT` as one simple query: one round trip
+    /// less per transaction. Their rows, per statement. If one fails the
+    /// rest do not run and the transaction is rolled back when dropped, as
+    /// before; once this returns `Ok` the transaction is committed and
+    /// nothing may be written in it (its commit then waits for nothing).
+    /// Only where [`can_finish`](TxConn::can_finish).
+    pub(crate) async fn finish(
+        &mut self,
+        sql: &str,
+        what: &'static str,
+    ) -> Result<Vec<Vec<sqlx::any::AnyRow>>, StoreError> {
+        let TxInner::Raw { tx, .. } = &mut self.0 else {
+            return Err(StoreError::Commit(format!(
+                "{what}: this transaction commits on its own"
+            )));
+        };
+        if tx.ended {
+            return Err(StoreError::Commit(format!("{what}: already committed")));
+        }
+        let done = batch::run_simple(tx.conn(), &format!("{sql}; COMMIT"), what).await;
+        match done {
+            Ok(mut statements) => {
+                tx.ended = true;
+                statements.pop();
+                Ok(statements)
+            }
+            // The server refused a statement: the rest, `COMMIT` with
+            // them, did not run; dropped, the transaction is rolled back.
+            Err(e) if from_server(&e) => Err(e),
+            Err(e) => {
+                // Lost on the way (or not read back): it may have committed.
+                if let Some(mut conn) = tx.conn.take() {
+                    conn.close_on_drop();
+                }
+                tx.ended = true;
+                Err(StoreError::InDoubt(e.to_string()))
+            }
+        }
+    }
+}
+
+/// Whether `error` is the server's answer to a statement (which ends a
+/// simple query's run of statements there), not a failure on the way.
+fn from_server(error: &StoreError) -> bool {
+    matches!(error, StoreError::Db { source, .. } if source.as_database_error().is_some())
+}
+
 /// A batch's first statement (its read, or a write whose result nothing
 /// before it decides), sent in the round trip that begins its transaction
 /// ([`Store::begin_row_write_reading`]).
@@ -367,8 +446,9 @@ pub struct FirstStatement(First);
 
 enum First {
     /// PostgreSQL: an `EXECUTE` of a [`prepared::Prepared`] statement, its
-    /// values written in.
-    Postgres(String),
+    /// values written in; `commits`: the transaction's only statement, its
+    /// `COMMIT` in the same round trip ([`FirstStatement::alone`]).
+    Postgres { sql: String, commits: bool },
     /// SQLite: a statement or script with its values, sent after the
     /// savepoint that begins the job (`writer::Group::begin_first`).
     Sqlite(writer::Opening),
@@ -385,6 +465,17 @@ impl FirstStatement {
     ) -> Result<Self, StoreError> {
         writer::Opening::new(query, writes, what)
             .map(|opening| FirstStatement(First::Sqlite(opening)))
+    }
+
+    /// This statement as all its transaction writes: on PostgreSQL its
+    /// `COMMIT` goes in the round trip that begins it, and the transaction
+    /// [`begin_row_write_reading`](Store::begin_row_write_reading) returns
+    /// has [`ended`](TxConn::ended). (SQLite's group commit is unchanged.)
+    pub fn alone(self) -> Self {
+        match self.0 {
+            First::Postgres { sql, .. } => FirstStatement(First::Postgres { sql, commits: true }),
+            sqlite => FirstStatement(sqlite),
+        }
     }
 }
 
@@ -771,7 +862,7 @@ impl Store {
             };
             return Ok((w, Some(FirstRows(rows))));
         }
-        let Some(FirstStatement(First::Postgres(read))) = read else {
+        let Some(FirstStatement(First::Postgres { sql: read, commits })) = read else {
             return Ok((self.begin_row_write_locking(locks).await?, None));
         };
         let started = std::time::Instant::now();
@@ -779,10 +870,11 @@ impl Store {
         let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
         crate::obs::write_turn_waited(false, started.elapsed());
         let locked = locks.statements();
+        let commit = if commits { "; COMMIT" } else { "" };
         let sql = if locked.is_empty() {
-            format!("{PG_BEGIN_ROWS}; {read}")
+            format!("{PG_BEGIN_ROWS}; {read}{commit}")
         } else {
-            format!("{PG_BEGIN_ROWS}; {locked}; {read}")
+            format!("{PG_BEGIN_ROWS}; {locked}; {read}{commit}")
         };
         let mut begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         if begun.as_ref().is_err_and(prepared::is_missing) {
@@ -790,11 +882,32 @@ impl Store {
             prepare_on(&mut conn).await?;
             begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         }
-        let tx = RawTx { conn: Some(conn) };
-        // Dropped on an error: rolled back.
-        let statements = begun?;
+        let statements = match begun {
+            Err(e) if commits && !from_server(&e) => {
+                // Cut off after its `COMMIT` may have run.
+                conn.close_on_drop();
+                return Err(StoreError::InDoubt(e.to_string()));
+            }
+            // Dropped, the transaction is rolled back.
+            Err(e) => {
+                drop(RawTx {
+                    conn: Some(conn),
+                    ended: false,
+                });
+                return Err(e);
+            }
+            Ok(statements) => statements,
+        };
+        let tx = RawTx {
+            conn: Some(conn),
+            ended: commits,
+        };
         self.health.record(&Ok::<(), StoreError>(()));
-        let rows = statements.into_iter().last().unwrap_or_default();
+        let mut statements = statements.into_iter();
+        if commits {
+            statements.next_back();
+        }
+        let rows = statements.next_back().unwrap_or_default();
         let w = WriteTx {
             tx: TxConn(TxInner::Raw {
                 tx,

@@ -16,7 +16,7 @@ use super::prepared;
 use super::webhooks::ChatCard;
 use super::{
     Author, Backend, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
-    is_postgres,
+    TxConn, is_postgres,
 };
 use crate::event::Event;
 
@@ -257,10 +257,14 @@ pub(super) fn chats_sql(postgres: bool) -> &'static str {
 /// the id of each stored message of `items` (`None` for typing). The
 /// order keys of all their rows are locked already: those of `items` as
 /// the caller's transaction began, those of `queued` by whoever made them.
+///
+/// `last`: the caller writes nothing after them, so on PostgreSQL their
+/// statement carries the commit ([`TxConn::finish`]).
 pub async fn write_outgoing(
-    conn: &mut AnyConnection,
+    conn: &mut TxConn<'_>,
     items: &[&OutgoingWrite],
     queued: &[Queued],
+    last: bool,
 ) -> Result<Vec<Option<i64>>, StoreError> {
     if items.is_empty() && queued.is_empty() {
         return Ok(Vec::new());
@@ -271,7 +275,8 @@ pub async fn write_outgoing(
         .chain(items.iter().map(|item| Row::message(item)))
         .collect();
     let ids: Vec<(i64, Option<i64>)> = if is_postgres(conn) {
-        write_postgres(conn, &rows).await?
+        let last = last && conn.can_finish();
+        write_postgres(conn, &rows, last).await?
     } else {
         write_sqlite(conn, &rows).await?
     };
@@ -315,8 +320,9 @@ async fn write_sqlite(
 /// ~18 rows (auto_explain, 2026-12-03), grows with the square of the
 /// batch).
 async fn write_postgres(
-    conn: &mut AnyConnection,
+    conn: &mut TxConn<'_>,
     rows: &[Row<'_>],
+    last: bool,
 ) -> Result<Vec<(i64, Option<i64>)>, StoreError> {
     let json: Vec<serde_json::Value> = rows
         .iter()
@@ -339,14 +345,18 @@ async fn write_postgres(
             })
         })
         .collect();
-    let query = sqlx::query(PG_SCRIPT)
-        .bind(serde_json::Value::Array(json).to_string())
-        .bind(rows.len() as i64);
-    let statements = run(conn, query, WHAT).await?;
+    let json = serde_json::Value::Array(json).to_string();
+    let count = rows.len() as i64;
+    let statements = if last {
+        let sql = prepared::OUTGOING.execute(&[Literal::Text(&json), Literal::Int(count)])?;
+        conn.finish(&sql, WHAT).await?
+    } else {
+        run(conn, sqlx::query(PG_SCRIPT).bind(json).bind(count), WHAT).await?
+    };
     json_cell(statements.first(), 0)
 }
 
-const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
+pub(super) const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
      uid TEXT, chat BIGINT, author TEXT, agent BIGINT, body TEXT, dstate TEXT, now BIGINT, \
      eid TEXT, kind TEXT, dir TEXT, ch BIGINT, payload TEXT, at BIGINT, oid TEXT, oevent TEXT, \
      okind TEXT, policy TEXT, url TEXT, obody TEXT, chunked BIGINT, okey TEXT, staged BIGINT, \
@@ -697,7 +707,7 @@ mod tests {
     async fn rows_of_one_chat(store: Store) {
         let rows = [typing(1), typing(2), typing(1), typing(1)];
         let mut w = store.begin_write().await.expect("write");
-        write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>(), &[])
+        write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>(), &[], false)
             .await
             .expect("write");
         w.commit().await.expect("commit");
@@ -711,7 +721,7 @@ mod tests {
         assert_eq!(claim(&store).await, ids(&[&rows[0], &rows[1]]));
         let later = typing(2);
         let mut w = store.begin_write().await.expect("write");
-        write_outgoing(&mut w.tx, &[&later], &[])
+        write_outgoing(&mut w.tx, &[&later], &[], false)
             .await
             .expect("write");
         w.commit().await.expect("commit");

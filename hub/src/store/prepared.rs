@@ -31,6 +31,29 @@ pub(super) const KNOWN_CLIENTS: Prepared = Prepared {
     sql: || ingress::known_sql(true),
 };
 
+/// A batch of customer messages' messages and events (`ingress.rs`), when
+/// its `COMMIT` goes with it (`TxConn::finish`).
+pub(super) const CUSTOMER_MESSAGES: Prepared = Prepared {
+    name: "hub_customer_messages",
+    params: "(TEXT)",
+    sql: || ingress::PG_MESSAGES,
+};
+
+/// The batch's new visitors' numbers (`ingress.rs`), the same.
+pub(super) const NUMBERING: Prepared = Prepared {
+    name: "hub_numbering",
+    params: "(TEXT, BIGINT)",
+    sql: || ingress::PG_NUMBERING,
+};
+
+/// A batch of agent messages' messages, events and outbox rows
+/// (`outgoing.rs`), the same.
+pub(super) const OUTGOING: Prepared = Prepared {
+    name: "hub_outgoing",
+    params: "(TEXT, BIGINT)",
+    sql: || super::outgoing::PG_SCRIPT,
+};
+
 /// The chats an agent batch accepts (`outgoing.rs` `accept_chats`).
 pub(super) const ACCEPT_CHATS: Prepared = Prepared {
     name: "hub_accept_chats",
@@ -77,12 +100,16 @@ pub(super) const NEXT_DUE: Prepared = Prepared {
 /// Every statement a connection is given at once.
 ///
 /// A connection that has one of them has every one before it: they are
-/// prepared in this order and stop at the first that fails. So the two an
-/// agent batch `EXECUTE`s in the middle of its transaction, where a missing
+/// prepared in this order and stop at the first that fails. So those the
+/// batches `EXECUTE` in the middle of their transactions, where a missing
 /// one cannot be given (the transaction has failed), come before
-/// [`CHATS_BY_IDS`], whose `EXECUTE` in the batch's begin finds a
-/// connection that lacks them and gives it all ([`is_missing`]).
-const ALL: [&Prepared; 7] = [
+/// [`KNOWN_CLIENTS`] and [`CHATS_BY_IDS`], whose `EXECUTE` in a batch's
+/// begin finds a connection that lacks them and gives it all
+/// ([`is_missing`]).
+const ALL: [&Prepared; 10] = [
+    &CUSTOMER_MESSAGES,
+    &NUMBERING,
+    &OUTGOING,
     &ACCEPT_CHATS,
     &CHAT_CARDS,
     &KNOWN_CLIENTS,
@@ -104,8 +131,12 @@ impl Prepared {
 
     /// [`execute`](Prepared::execute) as a batch's first statement.
     pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstStatement, StoreError> {
-        self.execute(values)
-            .map(|sql| FirstStatement(First::Postgres(sql)))
+        self.execute(values).map(|sql| {
+            FirstStatement(First::Postgres {
+                sql,
+                commits: false,
+            })
+        })
     }
 }
 
