@@ -869,7 +869,7 @@ impl Store {
         let turn = self.rows_turn().await?;
         let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
         crate::obs::write_turn_waited(false, started.elapsed());
-        let locked = locks.statements();
+        let locked = locks.executes()?;
         let commit = if commits { "; COMMIT" } else { "" };
         let sql = if locked.is_empty() {
             format!("{PG_BEGIN_ROWS}; {read}{commit}")

@@ -97,6 +97,27 @@ pub(super) const NEXT_DUE: Prepared = Prepared {
     sql: || super::outbox::next_due_sql(super::Backend::Postgres),
 };
 
+/// The locks a row-mode batch takes as it begins (`locks.rs`
+/// `RowLocks::executes`): its senders, its chats' senders with its order
+/// keys, its outbox rows' order keys.
+pub(super) const LOCK_SENDERS: Prepared = Prepared {
+    name: "hub_lock_senders",
+    params: "(TEXT)",
+    sql: super::locks::senders_prepared,
+};
+
+pub(super) const LOCK_CHATS: Prepared = Prepared {
+    name: "hub_lock_chats",
+    params: "(TEXT, TEXT)",
+    sql: super::locks::chats_prepared,
+};
+
+pub(super) const LOCK_ROWS: Prepared = Prepared {
+    name: "hub_lock_rows",
+    params: "(TEXT)",
+    sql: super::locks::rows_prepared,
+};
+
 /// Every statement a connection is given at once.
 ///
 /// A connection that has one of them has every one before it: they are
@@ -106,7 +127,7 @@ pub(super) const NEXT_DUE: Prepared = Prepared {
 /// [`KNOWN_CLIENTS`] and [`CHATS_BY_IDS`], whose `EXECUTE` in a batch's
 /// begin finds a connection that lacks them and gives it all
 /// ([`is_missing`]).
-const ALL: [&Prepared; 10] = [
+const ALL: [&Prepared; 13] = [
     &CUSTOMER_MESSAGES,
     &NUMBERING,
     &OUTGOING,
@@ -117,6 +138,9 @@ const ALL: [&Prepared; 10] = [
     &FINISH,
     &CLAIM,
     &NEXT_DUE,
+    &LOCK_SENDERS,
+    &LOCK_CHATS,
+    &LOCK_ROWS,
 ];
 
 impl Prepared {
