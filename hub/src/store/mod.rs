@@ -524,18 +524,32 @@ impl WriteTx<'_> {
     }
 }
 
+/// [`PG_KEYED_PLANS`]' settings, as the columns of a `SELECT`.
+macro_rules! keyed_settings {
+    () => {
+        "set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+    };
+}
+
 /// [`PG_KEYED_PLANS`] as a literal, for the statements that begin a write
 /// transaction.
 macro_rules! keyed_plans {
     () => {
-        "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+        concat!("SELECT ", keyed_settings!())
     };
 }
 
-/// The row mode's lock: the write turn, shared.
+/// The row mode's lock (the write turn, shared), as a `SELECT`'s column.
+macro_rules! shared_lock {
+    () => {
+        "pg_advisory_xact_lock_shared(7527030514385054068)"
+    };
+}
+
+/// The row mode's lock as a statement.
 macro_rules! shared_turn {
     () => {
-        "SELECT pg_advisory_xact_lock_shared(7527030514385054068)"
+        concat!("SELECT ", shared_lock!())
     };
 }
 
@@ -558,11 +572,18 @@ const PG_BEGIN_WRITE: &str = concat!(
 /// shared, and [`PG_KEYED_PLANS`]. Row-mode writers never wait for one
 /// another on it, only for an exclusive writer (and it for them).
 const PG_BEGIN_ROWS: &str = concat!("BEGIN; ", keyed_plans!(), "; ", shared_turn!());
-/// The row mode's lock alone, first statements of a transaction in one
+/// The row mode's lock with [`PG_KEYED_PLANS`] as one statement, prepared
+/// on each connection (`prepared::ROWS_TURN`), for the begins that give a
+/// connection without it every prepared statement
+/// ([`Store::begin_row_write_reading`], [`Store::write_rows_script`]).
+const ROWS_TURN_SQL: &str = concat!("SELECT ", keyed_settings!(), ", ", shared_lock!());
+/// [`PG_BEGIN_ROWS`] by [`ROWS_TURN_SQL`]'s prepared statement.
+const PG_BEGIN_ROWS_KEPT: &str = "BEGIN; EXECUTE hub_rows_turn";
+/// The row mode's lock alone, the first statement of a transaction in one
 /// simple query ([`Store::write_rows_script`]), with [`PG_KEYED_PLANS`].
-const PG_ROWS_TURN: &str = concat!(keyed_plans!(), "; ", shared_turn!());
+const PG_ROWS_TURN: &str = "EXECUTE hub_rows_turn";
 /// How many statements [`PG_ROWS_TURN`] is.
-const PG_ROWS_TURN_STATEMENTS: usize = 2;
+const PG_ROWS_TURN_STATEMENTS: usize = 1;
 /// What write transactions plan with, set for the transaction in their
 /// first round trip: no table read whole where an index finds the rows,
 /// and no JIT compilation (a plan that must still scan a table it has no
@@ -872,9 +893,9 @@ impl Store {
         let locked = locks.executes()?;
         let commit = if commits { "; COMMIT" } else { "" };
         let sql = if locked.is_empty() {
-            format!("{PG_BEGIN_ROWS}; {read}{commit}")
+            format!("{PG_BEGIN_ROWS_KEPT}; {read}{commit}")
         } else {
-            format!("{PG_BEGIN_ROWS}; {locked}; {read}{commit}")
+            format!("{PG_BEGIN_ROWS_KEPT}; {locked}; {read}{commit}")
         };
         let mut begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         if begun.as_ref().is_err_and(prepared::is_missing) {

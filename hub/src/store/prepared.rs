@@ -118,6 +118,15 @@ pub(super) const LOCK_ROWS: Prepared = Prepared {
     sql: super::locks::rows_prepared,
 };
 
+/// The row mode's settings and shared lock ([`super::PG_ROWS_TURN`]), one
+/// statement kept planned instead of two planned in every begin. Last of
+/// [`ALL`]: a begin that finds it has every other.
+pub(super) const ROWS_TURN: Prepared = Prepared {
+    name: "hub_rows_turn",
+    params: "",
+    sql: || super::ROWS_TURN_SQL,
+};
+
 /// Every statement a connection is given at once.
 ///
 /// A connection that has one of them has every one before it: they are
@@ -127,7 +136,7 @@ pub(super) const LOCK_ROWS: Prepared = Prepared {
 /// [`KNOWN_CLIENTS`] and [`CHATS_BY_IDS`], whose `EXECUTE` in a batch's
 /// begin finds a connection that lacks them and gives it all
 /// ([`is_missing`]).
-const ALL: [&Prepared; 13] = [
+const ALL: [&Prepared; 14] = [
     &CUSTOMER_MESSAGES,
     &NUMBERING,
     &OUTGOING,
@@ -141,6 +150,7 @@ const ALL: [&Prepared; 13] = [
     &LOCK_SENDERS,
     &LOCK_CHATS,
     &LOCK_ROWS,
+    &ROWS_TURN,
 ];
 
 impl Prepared {
