@@ -324,18 +324,17 @@ struct Failed {
 
 impl From<StoreError> for Failed {
     fn from(error: StoreError) -> Failed {
-        Failed {
-            error: CoreError::Store(error),
-            ended: false,
-        }
+        Failed::from(CoreError::Store(error))
     }
 }
 
+/// Ended when the error says the commit is in doubt
+/// (`StoreError::InDoubt`); a caller that knows more sets `ended`.
 impl From<CoreError> for Failed {
     fn from(error: CoreError) -> Failed {
         Failed {
+            ended: matches!(error, CoreError::Store(StoreError::InDoubt(_))),
             error,
-            ended: false,
         }
     }
 }
@@ -352,26 +351,15 @@ async fn write_batch<W: BatchWrite>(
     jobs: &mut [W::Job],
 ) -> Result<Written<W::Done>, Failed> {
     let read = W::first_statement(jobs, store.backend())?;
-    let (mut w, first) = match store.begin_row_write_reading(&W::locks(jobs), read).await {
-        Ok(begun) => begun,
-        Err(error) => {
-            return Err(Failed {
-                ended: matches!(error, StoreError::InDoubt(_)),
-                error: CoreError::Store(error),
-            });
-        }
-    };
+    let (mut w, first) = store.begin_row_write_reading(&W::locks(jobs), read).await?;
     match W::write(&mut w.tx, jobs, first).await {
         Ok(results) => Ok((results, w.into_commit())),
-        Err(error) => Err(Failed {
-            ended: w.tx.ended() || in_doubt(&error),
-            error,
-        }),
+        Err(error) => {
+            let mut failed = Failed::from(error);
+            failed.ended |= w.tx.ended();
+            Err(failed)
+        }
     }
-}
-
-fn in_doubt(error: &CoreError) -> bool {
-    matches!(error, CoreError::Store(StoreError::InDoubt(_)))
 }
 
 async fn answer_after<D>(written: Written<D>, dones: Vec<oneshot::Sender<Result<D, CoreError>>>) {

@@ -9,7 +9,7 @@ use crate::core::batch::BatchWrite;
 use crate::core::bot_hooks::{self, BotHook};
 use crate::core::error::CoreError;
 use crate::core::webhooks;
-use crate::pipeline::record_effects;
+use crate::pipeline::{has_effects, record_effects};
 use crate::runtime::{Forward, KvWrites};
 use crate::store::ingress::{
     CustomerWrite, CustomerWritten, MAX_BATCH, Then, known_read, write_customer_messages,
@@ -73,7 +73,7 @@ impl BatchWrite for Ingress {
         // `chat_updated` webhook of a known chat whose profile changed.
         let effects = jobs
             .iter()
-            .any(|j| !j.forwards.is_empty() || !j.kv_writes.is_empty() || j.bot.is_some());
+            .any(|j| has_effects(&j.forwards, &j.kv_writes) || j.bot.is_some());
         let then = if effects {
             Then::More
         } else {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::core::batch::BatchWrite;
 use crate::core::error::CoreError;
 use crate::core::webhooks;
-use crate::pipeline::record_effects;
+use crate::pipeline::{has_effects, record_effects};
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
@@ -126,9 +126,7 @@ impl BatchWrite for Outgoing {
             .collect();
         // Below, only the messages' plugin effects: without any, the
         // messages' statement ends the transaction.
-        let last = jobs
-            .iter()
-            .all(|j| j.forwards.is_empty() && j.kv_writes.is_empty());
+        let last = jobs.iter().all(|j| !has_effects(&j.forwards, &j.kv_writes));
         let mut message_ids = write_outgoing(conn, &writes, &queued, last)
             .await?
             .into_iter();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::core::batch::BatchWrite;
 use crate::core::error::CoreError;
-use crate::pipeline::record_effects;
+use crate::pipeline::{has_effects, record_effects};
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outbox::{Finished, MAX_FINISHED, finish_many, finish_statement};
@@ -45,9 +45,7 @@ impl BatchWrite for Results {
         let statement = finish_statement(&rows, backend)?;
         // Without plugin effects to write after them, the results are the
         // whole transaction: one round trip on PostgreSQL.
-        let effects = jobs
-            .iter()
-            .any(|j| !j.forwards.is_empty() || !j.kv_writes.is_empty());
+        let effects = jobs.iter().any(|j| has_effects(&j.forwards, &j.kv_writes));
         Ok(statement.map(|s| if effects { s } else { s.alone() }))
     }
 

@@ -86,6 +86,13 @@ struct Trace {
 /// hub on the same database) changed it.
 const CONTEXT_TTL: Duration = Duration::from_secs(1);
 
+/// Whether [`record_effects`] writes anything for these effects: a batch
+/// whose jobs have none may end its transaction with its own last
+/// statement (`TxConn::finish`).
+pub fn has_effects(forwards: &[Forward], kv_writes: &[(Arc<str>, KvWrites)]) -> bool {
+    !forwards.is_empty() || !kv_writes.is_empty()
+}
+
 /// Records what the plugins did besides deciding, in the caller's
 /// transaction: the event's forwards are queued and their key-value writes
 /// applied if and only if the event's own change is committed. `event` is the

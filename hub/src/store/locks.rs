@@ -64,36 +64,29 @@ impl RowLocks {
 
     /// The statements, separated by `;`, with the keys written in as
     /// hexadecimal (`decode`), so no text a customer or integrator sent is
-    /// ever part of a statement's syntax.
-    pub(super) fn statements(&self) -> String {
-        let mut statements = Vec::new();
-        if !self.senders.is_empty() {
-            let list: Vec<serde_json::Value> = self
-                .senders
-                .iter()
-                .map(|(ch, k)| serde_json::json!({ "ch": ch, "k": k }))
-                .collect();
-            statements.push(senders_sql(&inline_json(&list)));
-        }
-        if !self.chats.is_empty() || !self.order_keys.is_empty() {
-            statements.push(chats_sql(
-                &inline_json(&self.chats),
-                &inline_json(&self.order_keys),
-            ));
-        }
-        if !self.outbox_rows.is_empty() {
-            statements.push(rows_sql(&inline_json(&self.outbox_rows)));
-        }
-        statements.join("; ")
+    /// ever part of a statement's syntax. Planned in every round trip: for
+    /// the begins that cannot give a connection the prepared ones
+    /// ([`executes`](RowLocks::executes)).
+    pub(super) fn statements(&self) -> Result<String, StoreError> {
+        self.each(|statement, lists| statement.inline(lists))
     }
 
-    /// [`statements`](RowLocks::statements) as `EXECUTE`s of the
-    /// connection's [`prepared`] statements: planned once per connection,
-    /// not in every round trip (a sender lock's planning took longer than
-    /// its execution: 0.05–0.26 ms a batch, `pg_stat_statements`,
-    /// 2026-12-03). For a begin that gives a connection without them
-    /// every statement (`Store::begin_row_write_reading`).
+    /// The same as `EXECUTE`s of the connection's [`prepared`] statements:
+    /// planned once per connection, not in every round trip (a sender
+    /// lock's planning took longer than its execution: 0.05–0.26 ms a
+    /// batch, `pg_stat_statements`, 2026-12-03). For a begin that gives a
+    /// connection without them every statement
+    /// (`Store::begin_row_write_reading`).
     pub(super) fn executes(&self) -> Result<String, StoreError> {
+        self.each(|statement, lists| statement.execute(lists))
+    }
+
+    /// `write` of each lock statement this takes, with its lists as JSON,
+    /// joined by `;`.
+    fn each(
+        &self,
+        write: impl Fn(&prepared::Prepared, &[Literal<'_>]) -> Result<String, StoreError>,
+    ) -> Result<String, StoreError> {
         let mut statements = Vec::new();
         if !self.senders.is_empty() {
             let list: Vec<serde_json::Value> = self
@@ -101,17 +94,25 @@ impl RowLocks {
                 .iter()
                 .map(|(ch, k)| serde_json::json!({ "ch": ch, "k": k }))
                 .collect();
-            statements.push(prepared::LOCK_SENDERS.execute(&[Literal::Text(&json(&list))])?);
+            statements.push(write(
+                &prepared::LOCK_SENDERS,
+                &[Literal::Text(&json(&list))],
+            )?);
         }
         if !self.chats.is_empty() || !self.order_keys.is_empty() {
-            statements.push(prepared::LOCK_CHATS.execute(&[
-                Literal::Text(&json(&self.chats)),
-                Literal::Text(&json(&self.order_keys)),
-            ])?);
+            statements.push(write(
+                &prepared::LOCK_CHATS,
+                &[
+                    Literal::Text(&json(&self.chats)),
+                    Literal::Text(&json(&self.order_keys)),
+                ],
+            )?);
         }
         if !self.outbox_rows.is_empty() {
-            statements
-                .push(prepared::LOCK_ROWS.execute(&[Literal::Text(&json(&self.outbox_rows))])?);
+            statements.push(write(
+                &prepared::LOCK_ROWS,
+                &[Literal::Text(&json(&self.outbox_rows))],
+            )?);
         }
         Ok(statements.join("; "))
     }
@@ -137,12 +138,6 @@ pub(crate) fn chats_prepared() -> &'static str {
 pub(super) fn rows_prepared() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| rows_sql("$1::JSON"))
-}
-
-/// `value` as JSON, as an SQL expression of type JSON.
-fn inline_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
-    let text = serde_json::to_string(value).unwrap_or_else(|_| "[]".into());
-    format!("{}::JSON", super::batch::text_literal(&text))
 }
 
 /// Locks the senders in `json`, an SQL expression of a JSON array of

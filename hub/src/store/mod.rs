@@ -418,25 +418,29 @@ impl TxConn<'_> {
                 statements.pop();
                 Ok(statements)
             }
-            // The server refused a statement: the rest, `COMMIT` with
-            // them, did not run; dropped, the transaction is rolled back.
-            Err(e) if from_server(&e) => Err(e),
-            Err(e) => {
-                // Lost on the way (or not read back): it may have committed.
-                if let Some(mut conn) = tx.conn.take() {
-                    conn.close_on_drop();
-                }
-                tx.ended = true;
-                Err(StoreError::InDoubt(e.to_string()))
-            }
+            Err(e) => Err(tx.failed_commit(e)),
         }
     }
 }
 
-/// Whether `error` is the server's answer to a statement (which ends a
-/// simple query's run of statements there), not a failure on the way.
-fn from_server(error: &StoreError) -> bool {
-    matches!(error, StoreError::Db { source, .. } if source.as_database_error().is_some())
+impl RawTx {
+    /// The error of a round trip that carried `COMMIT` and failed. The
+    /// server's refusal of a statement stops the rest, `COMMIT` with them:
+    /// the transaction is rolled back when dropped. A failure on the way
+    /// (or a row not read back) may come after the commit: the transaction
+    /// has ended, in doubt, and its connection is closed.
+    fn failed_commit(&mut self, error: StoreError) -> StoreError {
+        let from_server = matches!(&error, StoreError::Db { source, .. }
+            if source.as_database_error().is_some());
+        if from_server {
+            return error;
+        }
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+        }
+        self.ended = true;
+        StoreError::InDoubt(error.to_string())
+    }
 }
 
 /// A batch's first statement (its read, or a write whose result nothing
@@ -577,10 +581,9 @@ const PG_BEGIN_ROWS: &str = concat!("BEGIN; ", keyed_plans!(), "; ", shared_turn
 /// connection without it every prepared statement
 /// ([`Store::begin_row_write_reading`], [`Store::write_rows_script`]).
 const ROWS_TURN_SQL: &str = concat!("SELECT ", keyed_settings!(), ", ", shared_lock!());
-/// [`PG_BEGIN_ROWS`] by [`ROWS_TURN_SQL`]'s prepared statement.
-const PG_BEGIN_ROWS_KEPT: &str = "BEGIN; EXECUTE hub_rows_turn";
-/// The row mode's lock alone, the first statement of a transaction in one
-/// simple query ([`Store::write_rows_script`]), with [`PG_KEYED_PLANS`].
+/// [`ROWS_TURN_SQL`] run: the first statement of a transaction in one
+/// simple query ([`Store::write_rows_script`]; after `BEGIN` in
+/// [`Store::begin_row_write_reading`]).
 const PG_ROWS_TURN: &str = "EXECUTE hub_rows_turn";
 /// How many statements [`PG_ROWS_TURN`] is.
 const PG_ROWS_TURN_STATEMENTS: usize = 1;
@@ -858,7 +861,7 @@ impl Store {
         if self.writer.is_some() || locks.is_empty() {
             return self.begin(Mode::Rows).await;
         }
-        let begin = format!("{PG_BEGIN_ROWS}; {}", locks.statements());
+        let begin = format!("{PG_BEGIN_ROWS}; {}", locks.statements()?);
         self.begin_with(Mode::Rows, begin.into()).await
     }
 
@@ -893,9 +896,9 @@ impl Store {
         let locked = locks.executes()?;
         let commit = if commits { "; COMMIT" } else { "" };
         let sql = if locked.is_empty() {
-            format!("{PG_BEGIN_ROWS_KEPT}; {read}{commit}")
+            format!("BEGIN; {PG_ROWS_TURN}; {read}{commit}")
         } else {
-            format!("{PG_BEGIN_ROWS_KEPT}; {locked}; {read}{commit}")
+            format!("BEGIN; {PG_ROWS_TURN}; {locked}; {read}{commit}")
         };
         let mut begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         if begun.as_ref().is_err_and(prepared::is_missing) {
@@ -903,26 +906,17 @@ impl Store {
             prepare_on(&mut conn).await?;
             begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         }
-        let statements = match begun {
-            Err(e) if commits && !from_server(&e) => {
-                // Cut off after its `COMMIT` may have run.
-                conn.close_on_drop();
-                return Err(StoreError::InDoubt(e.to_string()));
-            }
-            // Dropped, the transaction is rolled back.
-            Err(e) => {
-                drop(RawTx {
-                    conn: Some(conn),
-                    ended: false,
-                });
-                return Err(e);
-            }
-            Ok(statements) => statements,
-        };
-        let tx = RawTx {
+        let mut tx = RawTx {
             conn: Some(conn),
-            ended: commits,
+            ended: false,
         };
+        let statements = match begun {
+            Ok(statements) => statements,
+            Err(e) if commits => return Err(tx.failed_commit(e)),
+            // Dropped, the transaction is rolled back.
+            Err(e) => return Err(e),
+        };
+        tx.ended = commits;
         self.health.record(&Ok::<(), StoreError>(()));
         let mut statements = statements.into_iter();
         if commits {

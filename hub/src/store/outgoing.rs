@@ -156,7 +156,7 @@ pub async fn accept_chats(
     let sql = [
         prepared::ACCEPT_CHATS.execute(&[Literal::Text(&list), count])?,
         prepared::CHAT_CARDS.execute(&[Literal::Text(&id_list), Literal::Int(ids.len() as i64)])?,
-        locks.statements(),
+        locks.statements()?,
         super::batch::inline(
             super::webhooks::PG_SEQUENCES,
             &[Literal::Int(ids.len() as i64)],
@@ -743,10 +743,13 @@ mod tests {
                     .expect("the row");
                 results.push(Finished::delivered(seq, 2_000));
             }
-            // As the results' writer does: the results go
-            // with the begin of their transaction.
+            // As the results' writer does without plugin effects: the
+            // results go with the begin of their transaction, and on
+            // PostgreSQL its commit too.
             let results: Vec<&Finished> = results.iter().collect();
-            let first = finish_statement(&results, store.backend()).expect("statement");
+            let first = finish_statement(&results, store.backend())
+                .expect("statement")
+                .map(crate::store::FirstStatement::alone);
             let locks = crate::store::locks::RowLocks {
                 outbox_rows: results.iter().map(|r| r.seq).collect(),
                 ..Default::default()
@@ -758,6 +761,11 @@ mod tests {
             finish_many(&mut w.tx, &results, first)
                 .await
                 .expect("finish");
+            assert_eq!(
+                w.tx.ended(),
+                store.backend() == crate::store::Backend::Postgres,
+                "committed in the round trip that began it on PostgreSQL only"
+            );
             w.commit().await.expect("commit");
             assert_eq!(claim(&store).await, ids(next));
         }

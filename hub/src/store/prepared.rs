@@ -163,6 +163,12 @@ impl Prepared {
         )
     }
 
+    /// The statement itself with `values` written in: planned where it
+    /// runs, for a connection that may not have it prepared.
+    pub(super) fn inline(&self, values: &[Literal<'_>]) -> Result<String, StoreError> {
+        inline((self.sql)(), values)
+    }
+
     /// [`execute`](Prepared::execute) as a batch's first statement.
     pub(super) fn read(&self, values: &[Literal<'_>]) -> Result<FirstStatement, StoreError> {
         self.execute(values).map(|sql| {
