@@ -23,6 +23,7 @@ pub mod outcomes;
 pub(crate) mod outgoing;
 mod prepared;
 pub(crate) mod sessions;
+mod shelf;
 mod url;
 pub(crate) mod webhooks;
 pub(crate) mod widget;
@@ -217,6 +218,8 @@ pub struct Store {
     identity: Arc<instances::Identity>,
     /// See [`Store::write_lanes`].
     write_lanes: usize,
+    /// PostgreSQL: the row-mode writers' connections between transactions.
+    shelf: Arc<shelf::Shelf>,
 }
 
 /// Reader connections the store keeps itself. sqlx's pool pings every
@@ -319,6 +322,8 @@ struct RawTx {
     /// Set once its last statements ended it ([`TxConn::finish`]):
     /// nothing is left to commit or roll back.
     ended: bool,
+    /// Where the connection goes once the transaction ended cleanly.
+    shelf: Arc<shelf::Shelf>,
 }
 
 impl RawTx {
@@ -339,14 +344,16 @@ impl RawTx {
             return Ok(());
         };
         if self.ended {
+            self.shelf.put(conn);
             return Ok(());
         }
         let done = batch::run_simple(&mut conn, "COMMIT", "committing")
             .await
             .map(|_| ());
-        if done.is_err() {
+        match done {
+            Ok(()) => self.shelf.put(conn),
             // Whether it still is in the transaction is unknown.
-            conn.close_on_drop();
+            Err(_) => conn.close_on_drop(),
         }
         done
     }
@@ -358,6 +365,7 @@ impl Drop for RawTx {
             return;
         };
         if self.ended {
+            self.shelf.put(conn);
             return;
         }
         match tokio::runtime::Handle::try_current() {
@@ -725,6 +733,14 @@ impl Store {
                 Backend::Sqlite => 1,
                 Backend::Postgres => settings.write_lanes.max(1),
             },
+            shelf: Arc::new(match backend {
+                Backend::Sqlite => shelf::Shelf::none(),
+                Backend::Postgres => shelf::Shelf::new(
+                    settings.write_lanes.max(1),
+                    settings.max_connections,
+                    PG_PING_AFTER_IDLE,
+                ),
+            }),
         };
         store.migrate().await?;
         Ok(store)
@@ -754,6 +770,7 @@ impl Store {
             readers: None,
             identity: Arc::new(instances::Identity::anonymous()),
             write_lanes: 1,
+            shelf: Arc::new(shelf::Shelf::none()),
         };
         let first: Vec<(i64, &str)> = migrate::SQLITE_MIGRATIONS
             .iter()
@@ -817,7 +834,8 @@ impl Store {
 
     pub fn pool_use(&self) -> PoolUse {
         let open = self.pool.size();
-        let idle = u32::try_from(self.pool.num_idle())
+        // The writers' shelved connections are idle too, out of the pool.
+        let idle = u32::try_from(self.pool.num_idle() + self.shelf.len())
             .unwrap_or(u32::MAX)
             .min(open);
         PoolUse {
@@ -891,7 +909,7 @@ impl Store {
         };
         let started = std::time::Instant::now();
         let turn = self.rows_turn().await?;
-        let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
+        let mut conn = self.shelf.take(&self.pool).await?;
         crate::obs::write_turn_waited(false, started.elapsed());
         let locked = locks.executes()?;
         let commit = if commits { "; COMMIT" } else { "" };
@@ -909,6 +927,7 @@ impl Store {
         let mut tx = RawTx {
             conn: Some(conn),
             ended: false,
+            shelf: self.shelf.clone(),
         };
         let statements = match begun {
             Ok(statements) => statements,
@@ -959,7 +978,7 @@ impl Store {
     ) -> Result<Vec<Vec<sqlx::any::AnyRow>>, StoreError> {
         let started = std::time::Instant::now();
         let _turn = self.rows_turn().await?;
-        let mut conn = self.pool.acquire().await.ctx("starting a transaction")?;
+        let mut conn = self.shelf.take(&self.pool).await?;
         crate::obs::write_turn_waited(false, started.elapsed());
         let sql = format!("{PG_ROWS_TURN}; {script}");
         let mut statements = batch::run_simple(&mut conn, &sql, what).await;
@@ -971,6 +990,7 @@ impl Store {
             statements = batch::run_simple(&mut conn, &sql, what).await;
         }
         let mut statements = statements?;
+        self.shelf.put(conn);
         self.health.record(&Ok::<(), StoreError>(()));
         // The setting's and the lock's results are no concern of the caller's.
         statements.drain(..PG_ROWS_TURN_STATEMENTS.min(statements.len()));
@@ -1087,6 +1107,7 @@ impl Store {
         if let Some(group) = &self.writer {
             group.close().await;
         }
+        self.shelf.clear();
         self.pool.close().await;
     }
 }
@@ -1264,6 +1285,40 @@ mod tests {
             postgres_target(&options),
             "database `hubdb` on db.example.com:5433 as user `hub`"
         );
+    }
+
+    /// The row writers' connection is kept between their transactions
+    /// (no ping after each): the next batch runs on it. One the server
+    /// dropped while it was kept is not used once it idled for the
+    /// pool's ping interval: the next write succeeds on another.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_kept_writers_connection_the_server_dropped_is_replaced_on_postgres() {
+        use sqlx::Row;
+        let store = required_test_postgres().await;
+        let pid = |store: Store| async move {
+            let rows = store
+                .write_rows_script("SELECT pg_backend_pid()", "the backend")
+                .await
+                .expect("a write");
+            let pid: i32 = rows[0][0].try_get(0).expect("a pid");
+            pid
+        };
+        let first = pid(store.clone()).await;
+        assert_eq!(store.shelf.len(), 1, "the connection is kept");
+        assert_eq!(pid(store.clone()).await, first, "the next write runs on it");
+        let mut other = store.pool.acquire().await.expect("a connection");
+        let (ended,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+            .bind(first)
+            .fetch_one(&mut *other)
+            .await
+            .expect("terminate");
+        assert!(ended);
+        drop(other);
+        tokio::time::sleep(PG_PING_AFTER_IDLE + Duration::from_millis(200)).await;
+        let next = pid(store.clone()).await;
+        assert_ne!(next, first, "a new connection");
+        store.close().await;
     }
 
     /// A write begun on a closed store fails at once instead of opening a

@@ -1,0 +1,95 @@
+//! PostgreSQL: the connections the row-mode writers keep between their
+//! transactions, outside the pool.
+//!
+//! Why: sqlx's pool pings every connection it gets back
+//! (`PoolConnection::return_to_pool`), so each batch written through it
+//! cost one more round trip after its commit: a wake-up of the server's
+//! backend and of a hub task per batch, measured at ~5 % of the throughput
+//! of a write path. A connection whose transaction ended cleanly (its
+//! `COMMIT` answered) is known to be idle and in no transaction, so the
+//! ping tells nothing a writer needs; it goes on the shelf instead and the
+//! next batch takes it from there.
+//!
+//! Invariants: a shelved connection finished its last transaction (any
+//! other goes back to the pool, which pings it or closes it); the shelf
+//! holds at most [`Shelf::cap`] connections, fewer than the pool's most,
+//! so reads and exclusive writes always have the rest; one idle for
+//! `after_idle` or longer is pinged before use, as the pool does, so a
+//! connection the server dropped meanwhile is replaced, not used.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Connection};
+
+use super::{Ctx, StoreError};
+
+pub(super) struct Shelf {
+    conns: Mutex<Vec<(PoolConnection<Any>, Instant)>>,
+    cap: usize,
+    after_idle: Duration,
+}
+
+impl Shelf {
+    /// A shelf for the writers of a pool of `max_connections`, each of its
+    /// three batch writers and the deliverer's claims running `lanes`
+    /// transactions at once; at most half the pool.
+    pub(super) fn new(lanes: usize, max_connections: u32, after_idle: Duration) -> Shelf {
+        let half = usize::try_from(max_connections / 2).unwrap_or(usize::MAX);
+        Shelf {
+            conns: Mutex::new(Vec::new()),
+            cap: (4 * lanes).min(half),
+            after_idle,
+        }
+    }
+
+    /// A shelf that keeps nothing (SQLite: its writer has one connection).
+    pub(super) fn none() -> Shelf {
+        Shelf {
+            conns: Mutex::new(Vec::new()),
+            cap: 0,
+            after_idle: Duration::ZERO,
+        }
+    }
+
+    /// The most recently shelved connection (pinged first if it was idle
+    /// long), else one from `pool`.
+    pub(super) async fn take(&self, pool: &AnyPool) -> Result<PoolConnection<Any>, StoreError> {
+        while let Some((mut conn, since)) = self.pop() {
+            if since.elapsed() < self.after_idle || conn.ping().await.is_ok() {
+                return Ok(conn);
+            }
+            conn.close_on_drop();
+        }
+        pool.acquire().await.ctx("starting a transaction")
+    }
+
+    /// Keeps `conn`, whose transaction ended cleanly, for the next writer;
+    /// a full shelf gives it back to the pool.
+    pub(super) fn put(&self, conn: PoolConnection<Any>) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if conns.len() < self.cap {
+            conns.push((conn, Instant::now()));
+        }
+    }
+
+    /// Gives every shelved connection back to the pool (before it closes,
+    /// which waits for all of them).
+    pub(super) fn clear(&self) {
+        let drained: Vec<_> = {
+            let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+            conns.drain(..).collect()
+        };
+        drop(drained);
+    }
+
+    /// How many connections it holds now.
+    pub(super) fn len(&self) -> usize {
+        self.conns.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    fn pop(&self) -> Option<(PoolConnection<Any>, Instant)> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
