@@ -733,11 +733,8 @@ impl Store {
                 serde_json::json!({ "ord": ord, "id": id, "email": email.to_lowercase() })
             })
             .collect();
-        let rows = sqlx::query(sql)
-            .bind(serde_json::Value::Array(list).to_string())
-            .fetch_all(&mut *self.read().await?)
-            .await
-            .ctx("looking up chats")?;
+        let query = sqlx::query(sql).bind(serde_json::Value::Array(list).to_string());
+        let rows = self.fetch_all_hot(query, "looking up chats").await?;
         let mut found: Vec<Option<(Chat, Client)>> = wanted.iter().map(|_| None).collect();
         for row in &rows {
             let ord: i64 = row.try_get(0).ctx("looking up chats")?;

@@ -832,6 +832,24 @@ impl Store {
             .ctx("taking a database connection")
     }
 
+    /// `query`'s rows, read on a request's path: on SQLite by one of its
+    /// readers, on PostgreSQL on a writers' kept connection (`shelf.rs`),
+    /// kept again if the read succeeded (a failed one's connection goes
+    /// back to the pool, which checks it).
+    pub(crate) async fn fetch_all_hot(
+        &self,
+        query: batch::Query<'_>,
+        what: &'static str,
+    ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
+        if self.backend == Backend::Sqlite {
+            return query.fetch_all(&mut *self.read().await?).await.ctx(what);
+        }
+        let mut conn = self.shelf.take(&self.pool).await?;
+        let rows = query.fetch_all(&mut *conn).await.ctx(what)?;
+        self.shelf.put(conn);
+        Ok(rows)
+    }
+
     pub fn pool_use(&self) -> PoolUse {
         let open = self.pool.size();
         // The writers' shelved connections are idle too, out of the pool.

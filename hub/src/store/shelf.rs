@@ -1,5 +1,6 @@
-//! PostgreSQL: the connections the row-mode writers keep between their
-//! transactions, outside the pool.
+//! PostgreSQL: the connections the row-mode writers (and the hot reads,
+//! `Store::fetch_all_hot`) keep between their transactions, outside the
+//! pool.
 //!
 //! Why: sqlx's pool pings every connection it gets back
 //! (`PoolConnection::return_to_pool`), so each batch written through it
@@ -10,8 +11,8 @@
 //! ping tells nothing a writer needs; it goes on the shelf instead and the
 //! next batch takes it from there.
 //!
-//! Invariants: a shelved connection finished its last transaction (any
-//! other goes back to the pool, which pings it or closes it); the shelf
+//! Invariants: a shelved connection finished its last transaction or read
+//! (any other goes back to the pool, which pings it or closes it); the shelf
 //! holds at most [`Shelf::cap`] connections, fewer than the pool's most,
 //! so reads and exclusive writes always have the rest; one idle for
 //! `after_idle` or longer is pinged before use, as the pool does, so a
