@@ -804,6 +804,56 @@ mod tests {
         written
     }
 
+    /// A client deleted with its closed chat takes the chat's messages
+    /// with it, on PostgreSQL too, where messages have no foreign key to
+    /// cascade from (migration 18): nothing of the client is left to show.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_deleted_clients_messages_go_with_it_on_postgres() {
+        let store = required_test_postgres().await;
+        let channel = test_channel(&store, "deleted").await;
+        let written = write(
+            &store,
+            &[
+                from(channel, sender("ann", None, None), Some("hi"), 1),
+                from(channel, sender("ann", None, None), Some("again"), 2),
+                from(channel, sender("bob", None, None), Some("stays"), 3),
+            ],
+        )
+        .await;
+        let messages = async |client: i64| -> i64 {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM messages m JOIN chats h ON h.id = m.chat_id \
+                 WHERE h.client_id = $1",
+            )
+            .bind(client)
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+            n
+        };
+        let (ann, bob) = (written[0].client.id, written[2].client.id);
+        let ann_chat = written[0].chat.as_ref().map(|c| c.id).expect("a chat");
+        assert_eq!((messages(ann).await, messages(bob).await), (2, 1));
+        let mut w = store.begin_write().await.expect("write");
+        sqlx::query("UPDATE chats SET state = 'closed' WHERE id = $1")
+            .bind(ann_chat)
+            .execute(&mut *w.tx)
+            .await
+            .expect("close");
+        crate::store::crm::clients::delete(&mut w.tx, ann)
+            .await
+            .expect("delete");
+        w.commit().await.expect("commit");
+        let (left,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM messages WHERE chat_id = $1")
+            .bind(ann_chat)
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+        assert_eq!(left, 0, "the deleted client's messages");
+        assert_eq!(messages(bob).await, 1, "another client's");
+    }
+
     /// On PostgreSQL a batch's known clients come back with the begin of its
     /// transaction (an `EXECUTE` of a statement prepared on the connection);
     /// a connection without the statement (one made before the migrations,

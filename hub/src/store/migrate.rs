@@ -117,6 +117,10 @@ pub(super) const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("../../migrations/postgres/0017_plugin_outcomes.sql"),
     ),
+    (
+        18,
+        include_str!("../../migrations/postgres/0018_messages_without_foreign_keys.sql"),
+    ),
 ];
 
 impl Store {

@@ -541,9 +541,19 @@ pub async fn live_chats(conn: &mut AnyConnection, id: i64) -> Result<i64, StoreE
     Ok(n)
 }
 
-/// Deletes the client with its closed chats, deals, tasks, tags, contacts and block.
+/// Deletes the client with its closed chats and their messages, deals,
+/// tasks, tags, contacts and block.
 pub async fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), StoreError> {
     crate::store::live::chats_changed();
+    // PostgreSQL's messages have no foreign key to cascade from their chat
+    // (migration 18); SQLite's would, and finds none left.
+    sqlx::query(
+        "DELETE FROM messages WHERE chat_id IN (SELECT id FROM chats WHERE client_id = $1)",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await
+    .ctx("deleting a client's messages")?;
     sqlx::query("DELETE FROM clients WHERE id = $1")
         .bind(id)
         .execute(conn)
