@@ -839,10 +839,11 @@ impl Store {
             .ctx("taking a database connection")
     }
 
-    /// `query`'s rows, read on a request's path: on SQLite by one of its
-    /// readers, on PostgreSQL on a writers' kept connection (`shelf.rs`),
-    /// kept again if the read succeeded (a failed one's connection goes
-    /// back to the pool, which checks it).
+    /// `query`'s rows, on a hot path (a statement that is its own
+    /// transaction: a read, the notices of a batch): on SQLite by one of
+    /// its readers, on PostgreSQL on a writers' kept connection
+    /// (`shelf.rs`), kept again if it succeeded (a failed one's connection
+    /// goes back to the pool, which checks it).
     pub(crate) async fn fetch_all_hot(
         &self,
         query: batch::Query<'_>,

@@ -50,12 +50,10 @@ impl Store {
         match messages {
             [] => Ok(()),
             [message] => {
-                sqlx::query("SELECT pg_notify($1, $2)")
+                let query = sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(CHANNEL)
-                    .bind(*message)
-                    .execute(self.pool())
-                    .await
-                    .ctx("sending a notice")?;
+                    .bind(*message);
+                self.fetch_all_hot(query, "sending a notice").await?;
                 Ok(())
             }
             _ => {
@@ -63,15 +61,13 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(format!("notices: {e}")))?;
                 // A volatile call in the select list runs after the sort:
                 // the notices go out in the list's order.
-                sqlx::query(
+                let query = sqlx::query(
                     "SELECT pg_notify($1, m.value) FROM json_array_elements_text($2::JSON) \
                      WITH ORDINALITY AS m(value, n) ORDER BY m.n",
                 )
                 .bind(CHANNEL)
-                .bind(list)
-                .execute(self.pool())
-                .await
-                .ctx("sending notices")?;
+                .bind(list);
+                self.fetch_all_hot(query, "sending notices").await?;
                 Ok(())
             }
         }
