@@ -746,6 +746,7 @@ impl Store {
                     settings.write_lanes.max(1),
                     settings.max_connections,
                     PG_PING_AFTER_IDLE,
+                    shelf::RETURN_EVERY,
                 ),
             }),
         };
@@ -1344,6 +1345,30 @@ mod tests {
         tokio::time::sleep(PG_PING_AFTER_IDLE + Duration::from_millis(200)).await;
         let next = pid(store.clone()).await;
         assert_ne!(next, first, "a new connection");
+        store.close().await;
+    }
+
+    /// The kept connections go back to the pool every `return_every`, so
+    /// the pool's most lifetime still applies to connections never idle.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn kept_connections_go_back_to_the_pool_now_and_then_on_postgres() {
+        let store = required_test_postgres().await;
+        let every = Duration::from_millis(300);
+        let kept = shelf::Shelf::new(2, 16, PG_PING_AFTER_IDLE, every);
+        let first = kept.take(&store.pool).await.expect("a connection");
+        let second = kept.take(&store.pool).await.expect("another");
+        kept.put(first);
+        kept.put(second);
+        assert_eq!(kept.len(), 2, "kept between uses");
+        tokio::time::sleep(every + Duration::from_millis(100)).await;
+        let conn = kept.take(&store.pool).await.expect("a kept one");
+        kept.put(conn);
+        assert_eq!(kept.len(), 0, "all given back once it was time");
+        let conn = kept.take(&store.pool).await.expect("from the pool");
+        kept.put(conn);
+        assert_eq!(kept.len(), 1, "kept again after");
+        kept.clear();
         store.close().await;
     }
 
