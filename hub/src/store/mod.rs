@@ -218,7 +218,8 @@ pub struct Store {
     identity: Arc<instances::Identity>,
     /// See [`Store::write_lanes`].
     write_lanes: usize,
-    /// PostgreSQL: the row-mode writers' connections between transactions.
+    /// PostgreSQL: the connections the row-mode writers and
+    /// [`Store::fetch_all_hot`] keep between their transactions.
     shelf: Arc<shelf::Shelf>,
 }
 

@@ -1,12 +1,13 @@
-//! PostgreSQL: the connections the row-mode writers (and the hot reads,
+//! PostgreSQL: the connections the row-mode writers (and the statements
+//! on a hot path that are transactions of their own,
 //! `Store::fetch_all_hot`) keep between their transactions, outside the
 //! pool.
 //!
 //! Why: sqlx's pool pings every connection it gets back
 //! (`PoolConnection::return_to_pool`), so each batch written through it
 //! cost one more round trip after its commit: a wake-up of the server's
-//! backend and of a hub task per batch, measured at ~5 % of the throughput
-//! of a write path. A connection whose transaction ended cleanly (its
+//! backend and of a hub task per batch. Kept here instead, ingress went
+//! 1.20–1.24× and deliveries 1.17× (docs/performance.md). A connection whose transaction ended cleanly (its
 //! `COMMIT` answered) is known to be idle and in no transaction, so the
 //! ping tells nothing a writer needs; it goes on the shelf instead and the
 //! next batch takes it from there.
