@@ -356,8 +356,13 @@ impl Conversations {
             forwards: routed.forwards,
             kv_writes: routed.kv_writes,
         };
+        let forwards = !job.forwards.is_empty();
         let sent = self.outgoing.write(&self.store, job).await??;
-        self.kick.kick();
+        // A row handed over needs no claim; one queued behind its chat's
+        // pending row, an accept's webhook or a plugin's forward does.
+        if !sent.handed || sent.accepted || forwards {
+            self.kick.kick();
+        }
         let chat = sent.chat;
         let accepting = sent.accepted.then_some(chat.agent_id).flatten();
         let stored = match (sent.message_id, stored_body) {

@@ -87,7 +87,7 @@ impl Finisher for Conversations {
         &'a self,
         row: &'a Claimed,
         result: &'a Final,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let (state, outbox_state, error, answer) = result_facts(result);
             let (event, payload) = result_event(row, outbox_state, error, answer);
@@ -114,6 +114,9 @@ impl Finisher for Conversations {
             };
             let now = self.clock.now_ms();
             let forwarded = !routed.forwards.is_empty();
+            // Whether a row may have become due: unknown but for the
+            // results batch, which says whether it made a new head.
+            let mut look = true;
             let shown = match &integration {
                 // The common case: written with whatever other results wait.
                 None => {
@@ -131,7 +134,8 @@ impl Finisher for Conversations {
                         forwards: routed.forwards,
                         kv_writes: routed.kv_writes,
                     };
-                    self.results
+                    look = self
+                        .results
                         .write(&self.store, job)
                         .await
                         .map_err(into_store_error)?;
@@ -178,7 +182,9 @@ impl Finisher for Conversations {
             {
                 tracing::error!(chat = chat_id, error = %e, "cannot hand the chat to agents");
             }
-            Ok(())
+            // A failure may have queued more (a bot's chat handed to agents).
+            look |= matches!(result, Final::Failed(_));
+            Ok(look)
         })
     }
 

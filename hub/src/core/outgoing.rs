@@ -18,7 +18,8 @@ use crate::pipeline::{has_effects, record_effects};
 use crate::runtime::{Forward, KvWrites};
 use crate::store::locks::RowLocks;
 use crate::store::outgoing::{
-    MAX_OUTGOING, OutgoingWrite, accept_chats, chats_by_ids, chats_read, write_outgoing,
+    MAX_OUTGOING, OutgoingWrite, OutgoingWritten, accept_chats, chats_by_ids, chats_read,
+    write_outgoing,
 };
 use crate::store::{Backend, Chat, ChatState, FirstRows, FirstStatement, StoreError, TxConn};
 
@@ -39,6 +40,9 @@ pub(super) struct Sent {
     /// Whether this message accepted the chat for its agent.
     pub(super) accepted: bool,
     pub(super) message_id: Option<i64>,
+    /// Its outbox row went to this process's deliverer leased, once
+    /// committed (`store/outbox/handoff.rs`): no claim needs to find it.
+    pub(super) handed: bool,
 }
 
 /// Agent messages, written in batches.
@@ -127,7 +131,7 @@ impl BatchWrite for Outgoing {
         // Below, only the messages' plugin effects: without any, the
         // messages' statement ends the transaction.
         let last = jobs.iter().all(|j| !has_effects(&j.forwards, &j.kv_writes));
-        let mut message_ids = write_outgoing(conn, &writes, &queued, last)
+        let mut written = write_outgoing(conn, &writes, &queued, last)
             .await?
             .into_iter();
         let mut results = Vec::with_capacity(jobs.len());
@@ -137,10 +141,16 @@ impl BatchWrite for Outgoing {
                     let write = &job.write;
                     record_effects(conn, &write.event, &job.forwards, &job.kv_writes, write.now)
                         .await?;
+                    let OutgoingWritten { message_id, handed } =
+                        written.next().unwrap_or(OutgoingWritten {
+                            message_id: None,
+                            handed: false,
+                        });
                     Ok(Sent {
                         chat,
                         accepted,
-                        message_id: message_ids.next().flatten(),
+                        message_id,
+                        handed,
                     })
                 }
                 Err(e) => Err(e),

@@ -24,7 +24,9 @@ pub(super) struct Results;
 
 impl BatchWrite for Results {
     type Job = ResultJob;
-    type Done = ();
+    /// Whether the batch made a row its order key's head (it may be due:
+    /// the deliverer looks).
+    type Done = bool;
     const MAX: usize = MAX_FINISHED;
     const WHAT: &'static str = "delivery results";
 
@@ -53,14 +55,14 @@ impl BatchWrite for Results {
         conn: &mut TxConn<'_>,
         jobs: &mut [ResultJob],
         first: Option<FirstRows>,
-    ) -> Result<Vec<()>, CoreError> {
+    ) -> Result<Vec<bool>, CoreError> {
         let rows: Vec<&Finished> = jobs.iter().map(|j| &j.finished).collect();
-        finish_many(conn, &rows, first).await?;
+        let headed = finish_many(conn, &rows, first).await?;
         for job in jobs.iter() {
             let event = &job.finished.event;
             record_effects(conn, event, &job.forwards, &job.kv_writes, job.finished.now).await?;
         }
-        Ok(vec![(); jobs.len()])
+        Ok(vec![headed; jobs.len()])
     }
 }
 

@@ -56,11 +56,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Finisher: Send + Sync + 'static {
     fn stage<'a>(&'a self, row: &'a Claimed) -> BoxFuture<'a, Result<Staged, StoreError>>;
 
+    /// Records `result`; whether the deliverer should look for due rows
+    /// (the next row of `row`'s order key may have become its head).
     fn finish<'a>(
         &'a self,
         row: &'a Claimed,
         result: &'a Final,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Answers a row that goes to a plugin of the hub instead of over HTTP
     /// (a plugin bot); the result is final.
@@ -127,6 +129,10 @@ impl Deliverer {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
         let mut inflight: JoinSet<()> = JoinSet::new();
         let mut rows: HashMap<tokio::task::Id, String> = HashMap::new();
+        let handoff = self.store.handoff();
+        // Look at the outbox first: rows may be due from before the start.
+        let mut look = true;
+        let mut wake_at = self.clock.now_ms();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -134,52 +140,36 @@ impl Deliverer {
             // The configuration refuses a lease that does not outlast every
             // attempt's timeout (a reload too), so a live attempt keeps its row.
             let lease_ms = millis(self.policies.lease);
-            let claimed_at = self.clock.now_ms();
-            // A full batch may have left more behind: claim again at once.
-            let mut full = false;
-            let mut next_due = None;
-            match self
-                .store
-                .claim_and_next_due(claimed_at, lease_ms, BATCH)
-                .await
-            {
-                Ok((claimed, next)) => {
-                    full = claimed.len() >= BATCH as usize;
-                    next_due = next;
-                    for row in claimed {
-                        let id = row.id.clone();
-                        let this = self.clone();
-                        let handle = inflight.spawn(async move { this.attempt(row).await });
-                        rows.insert(handle.id(), id);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot claim deliveries");
-                    self.clock.sleep(Duration::from_millis(500)).await;
-                }
+            // Rows queued from now on are leased to this deliverer as they
+            // are written; those handed over already go first.
+            handoff.open(lease_ms);
+            for row in handoff.take() {
+                self.spawn_attempt(row, &mut inflight, &mut rows);
             }
-            // Worked out from `claimed_at`, so a clock that moved on
-            // meanwhile wakes the deliverer at once.
-            let wake_at = if full {
-                claimed_at
-            } else {
-                let idle = claimed_at.saturating_add(millis(IDLE_POLL));
-                // Always after `claimed_at`: this cannot spin. After a
-                // failed claim, the idle poll.
-                next_due.map_or(idle, |at| at.min(idle))
-            };
+            if look {
+                wake_at = self.claim(lease_ms, &mut inflight, &mut rows).await;
+            }
             tokio::select! {
-                _ = self.kick.0.notified() => {}
-                _ = self.clock.sleep_until_ms(wake_at) => {}
-                _ = shutdown.changed() => {}
+                _ = self.kick.0.notified() => look = true,
+                _ = self.clock.sleep_until_ms(wake_at) => look = true,
+                _ = handoff.ready() => look = false,
+                _ = shutdown.changed() => look = false,
                 Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                     rows.remove(&task_id(&done));
+                    look = false;
                 }
             }
             while let Some(done) = inflight.try_join_next_with_id() {
                 rows.remove(&task_id(&done));
             }
             settle_finishing(&mut inflight, &mut rows).await;
+        }
+        // Rows handed over and never started: their leases go back, as
+        // those of attempts the grace cuts off.
+        for row in handoff.close() {
+            if let Err(e) = self.store.release_lease(&row.id).await {
+                tracing::warn!(delivery = %row.id, error = %e, "cannot release a lease");
+            }
         }
         // In real time: the grace is the operator's wait for a stop, and a
         // test's held clock must not hold up its hub's shutdown.
@@ -203,6 +193,57 @@ impl Deliverer {
         }
     }
 
+    /// Claims due rows and starts their attempts; when to look again (at
+    /// once after a full batch: it may have left more behind).
+    async fn claim(
+        self: &Arc<Self>,
+        lease_ms: i64,
+        inflight: &mut JoinSet<()>,
+        rows: &mut HashMap<tokio::task::Id, String>,
+    ) -> i64 {
+        let claimed_at = self.clock.now_ms();
+        let mut full = false;
+        let mut next_due = None;
+        match self
+            .store
+            .claim_and_next_due(claimed_at, lease_ms, BATCH)
+            .await
+        {
+            Ok((claimed, next)) => {
+                full = claimed.len() >= BATCH as usize;
+                next_due = next;
+                for row in claimed {
+                    self.spawn_attempt(row, inflight, rows);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot claim deliveries");
+                self.clock.sleep(Duration::from_millis(500)).await;
+            }
+        }
+        // Worked out from `claimed_at`, so a clock that moved on meanwhile
+        // wakes the deliverer at once.
+        if full {
+            return claimed_at;
+        }
+        let idle = claimed_at.saturating_add(millis(IDLE_POLL));
+        // Always after `claimed_at`: this cannot spin. After a failed
+        // claim, the idle poll.
+        next_due.map_or(idle, |at| at.min(idle))
+    }
+
+    fn spawn_attempt(
+        self: &Arc<Self>,
+        row: Claimed,
+        inflight: &mut JoinSet<()>,
+        rows: &mut HashMap<tokio::task::Id, String>,
+    ) {
+        let id = row.id.clone();
+        let this = self.clone();
+        let handle = inflight.spawn(async move { this.attempt(row).await });
+        rows.insert(handle.id(), id);
+    }
+
     async fn attempt(&self, row: Claimed) {
         let span = tracing::info_span!(
             "delivery",
@@ -213,16 +254,25 @@ impl Deliverer {
             chat = row.chat_id
         );
         async {
-            if let Err(e) = self.attempt_inner(&row).await {
-                tracing::error!(error = %e, "delivery bookkeeping failed; the row will be retried");
+            let look = match self.attempt_inner(&row).await {
+                Ok(look) => look,
+                Err(e) => {
+                    tracing::error!(error = %e, "delivery bookkeeping failed; the row will be retried");
+                    true
+                }
+            };
+            // A claim only when this result may have let another row go:
+            // the rows queued meanwhile were handed over or kicked for.
+            if look {
+                self.kick.kick();
             }
-            self.kick.kick();
         }
         .instrument(span)
         .await
     }
 
-    async fn attempt_inner(&self, row: &Claimed) -> Result<(), StoreError> {
+    /// Whether the deliverer should look for due rows afterwards.
+    async fn attempt_inner(&self, row: &Claimed) -> Result<bool, StoreError> {
         let staged;
         let row = if row.staged {
             match self.finisher.stage(row).await? {
@@ -339,7 +389,7 @@ impl Deliverer {
         attempt_no: i64,
         started: i64,
         outcome: Attempt,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let max = i64::from(policy.attempts);
         // A final result counts the attempt that ended it.
         let tried = Claimed {
@@ -399,7 +449,8 @@ impl Deliverer {
                 if attempt_no < max {
                     obs::delivery(metric_kind(row), DeliveryResult::Retry);
                 }
-                Ok(())
+                // The deliverer's next look must know the new due time.
+                Ok(true)
             }
         }
     }
@@ -411,10 +462,10 @@ impl Deliverer {
         row: &Claimed,
         result: &Final,
         counted: DeliveryResult,
-    ) -> Result<(), StoreError> {
-        self.finisher.finish(row, result).await?;
+    ) -> Result<bool, StoreError> {
+        let look = self.finisher.finish(row, result).await?;
         obs::delivery(metric_kind(row), counted);
-        Ok(())
+        Ok(look)
     }
 }
 

@@ -221,6 +221,8 @@ pub struct Store {
     /// PostgreSQL: the connections the row-mode writers and
     /// [`Store::fetch_all_hot`] keep between their transactions.
     shelf: Arc<shelf::Shelf>,
+    /// Rows leased to this process's deliverer as they were queued.
+    handoff: Arc<outbox::Handoff>,
 }
 
 /// Reader connections the store keeps itself. sqlx's pool pings every
@@ -269,7 +271,7 @@ pub struct WriteTx<'a> {
 }
 
 /// The connection of a write transaction (derefs to [`Conn`]).
-pub struct TxConn<'a>(TxInner<'a>);
+pub struct TxConn<'a>(TxInner<'a>, outbox::Handing);
 
 enum TxInner<'a> {
     /// SQLite: a savepoint in the group's shared transaction.
@@ -384,6 +386,29 @@ impl Drop for RawTx {
 }
 
 impl TxConn<'_> {
+    /// How long a row queued in this transaction is leased to this
+    /// process's deliverer, if one runs here (`outbox/handoff.rs`), with
+    /// the owner the rows' leases name. PostgreSQL only: SQLite's claims
+    /// are a job of its one writer that takes ~20 rows at a time, and its
+    /// results script does not say whether it made a new head, so a claim
+    /// would follow every result anyway (handed over there too: deliveries
+    /// 0.97×, 2026-12-03).
+    pub(crate) fn handoff_lease(&self) -> Option<(i64, &str)> {
+        if !matches!(self.0, TxInner::Raw { .. } | TxInner::Own { .. }) {
+            return None;
+        }
+        self.1
+            .to
+            .lease_ms()
+            .map(|ms| (ms, self.1.owner.id.as_str()))
+    }
+
+    /// Rows this transaction leased to this process's deliverer, handed to
+    /// it once the transaction committed.
+    pub(crate) fn hand_over(&mut self, rows: Vec<outbox::Claimed>) {
+        self.1.rows.extend(rows);
+    }
+
     /// Whether [`finish`](TxConn::finish) commits in its statements' round
     /// trip: a PostgreSQL transaction begun with its first statement
     /// ([`Store::begin_row_write_reading`]), whose connection has every
@@ -519,7 +544,8 @@ impl WriteTx<'_> {
     /// Ends the transaction now and returns the wait for its commit, which
     /// borrows nothing: a writer hands it to another task and goes on.
     pub fn into_commit(self) -> Committing {
-        match self.tx.0 {
+        let TxConn(inner, handing) = self.tx;
+        let committing: Committing = match inner {
             TxInner::Shared(tx) => Box::pin(tx.commit()),
             TxInner::Own { tx, turn, health } => Box::pin(async move {
                 let done = tx.commit().await.ctx("committing");
@@ -533,7 +559,15 @@ impl WriteTx<'_> {
                 health.record(&done);
                 done
             }),
+        };
+        if handing.rows.is_empty() {
+            return committing;
         }
+        Box::pin(async move {
+            committing.await?;
+            handing.committed();
+            Ok(())
+        })
     }
 }
 
@@ -750,6 +784,7 @@ impl Store {
                     shelf::RETURN_EVERY,
                 ),
             }),
+            handoff: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -780,6 +815,7 @@ impl Store {
             identity: Arc::new(instances::Identity::anonymous()),
             write_lanes: 1,
             shelf: Arc::new(shelf::Shelf::none()),
+            handoff: Arc::default(),
         };
         let first: Vec<(i64, &str)> = migrate::SQLITE_MIGRATIONS
             .iter()
@@ -928,7 +964,7 @@ impl Store {
             };
             let (tx, rows) = group.begin_first(opening).await?;
             let w = WriteTx {
-                tx: TxConn(TxInner::Shared(tx)),
+                tx: TxConn(TxInner::Shared(tx), self.handing()),
             };
             return Ok((w, Some(FirstRows(rows))));
         }
@@ -971,13 +1007,32 @@ impl Store {
         }
         let rows = statements.next_back().unwrap_or_default();
         let w = WriteTx {
-            tx: TxConn(TxInner::Raw {
-                tx,
-                turn: Turn::Rows(turn),
-                health: self.health.clone(),
-            }),
+            tx: TxConn(
+                TxInner::Raw {
+                    tx,
+                    turn: Turn::Rows(turn),
+                    health: self.health.clone(),
+                },
+                self.handing(),
+            ),
         };
         Ok((w, Some(FirstRows(rows))))
+    }
+
+    /// What a transaction of this store hands over when it commits: nothing
+    /// yet.
+    fn handing(&self) -> outbox::Handing {
+        outbox::Handing {
+            to: self.handoff.clone(),
+            owner: self.identity.clone(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The rows queued here already leased to this process's deliverer
+    /// (`outbox/handoff.rs`).
+    pub fn handoff(&self) -> &outbox::Handoff {
+        &self.handoff
     }
 
     /// This process's side of the row mode, waited for as long as a
@@ -1102,7 +1157,9 @@ impl Store {
                 }
             }
         };
-        Ok(WriteTx { tx: TxConn(inner) })
+        Ok(WriteTx {
+            tx: TxConn(inner, self.handing()),
+        })
     }
 
     /// A value of the `settings` table, created with `init` on first use.

@@ -15,8 +15,8 @@ use super::chats::{CHAT_COLUMNS, chat_from_row};
 use super::prepared;
 use super::webhooks::ChatCard;
 use super::{
-    Author, Backend, Chat, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery, StoreError,
-    TxConn, is_postgres,
+    Author, Backend, Chat, Claimed, Ctx, DeliveryState, FirstRows, FirstStatement, NewDelivery,
+    StoreError, TxConn, is_postgres,
 };
 use crate::event::Event;
 
@@ -70,6 +70,10 @@ struct Row<'a> {
     event: &'a Event,
     /// `None` when a plugin answered the message.
     delivery: Option<&'a NewDelivery>,
+    /// When its outbox row's lease ends if it is handed to this process's
+    /// deliverer (`outbox/handoff.rs`): a message's own row, when it is its
+    /// order key's head.
+    lease: Option<i64>,
 }
 
 impl<'a> Row<'a> {
@@ -89,6 +93,7 @@ impl<'a> Row<'a> {
             now: item.now,
             event: &item.event,
             delivery: (!item.answered).then_some(&item.delivery),
+            lease: None,
         }
     }
 
@@ -103,6 +108,7 @@ impl<'a> Row<'a> {
             now: q.now,
             event: &q.event,
             delivery: Some(&q.delivery),
+            lease: None,
         }
     }
 }
@@ -254,7 +260,7 @@ pub(super) fn chats_sql(postgres: bool) -> &'static str {
 }
 
 /// Stores `queued`, then `items` in order, in the caller's transaction;
-/// the id of each stored message of `items` (`None` for typing). The
+/// what became of each of `items`. The
 /// order keys of all their rows are locked already: those of `items` as
 /// the caller's transaction began, those of `queued` by whoever made them.
 ///
@@ -265,33 +271,87 @@ pub async fn write_outgoing(
     items: &[&OutgoingWrite],
     queued: &[Queued],
     last: bool,
-) -> Result<Vec<Option<i64>>, StoreError> {
+) -> Result<Vec<OutgoingWritten>, StoreError> {
     if items.is_empty() && queued.is_empty() {
         return Ok(Vec::new());
     }
+    let handoff = conn
+        .handoff_lease()
+        .map(|(ms, owner)| (ms, owner.to_owned()));
+    let owner = handoff.as_ref().map(|(_, owner)| owner.as_str());
     let rows: Vec<Row> = queued
         .iter()
         .map(Row::queued)
-        .chain(items.iter().map(|item| Row::message(item)))
+        .chain(items.iter().map(|item| {
+            let mut row = Row::message(item);
+            if let (Some((ms, _)), Some(_)) = (&handoff, row.delivery) {
+                row.lease = Some(item.now.saturating_add(*ms));
+            }
+            row
+        }))
         .collect();
-    let ids: Vec<(i64, Option<i64>)> = if is_postgres(conn) {
+    let results: Vec<(i64, Option<i64>, Option<i64>)> = if is_postgres(conn) {
         let last = last && conn.can_finish();
-        write_postgres(conn, &rows, last).await?
+        write_postgres(conn, &rows, owner, last).await?
     } else {
         write_sqlite(conn, &rows).await?
     };
-    if ids.len() != rows.len() {
+    if results.len() != rows.len() {
         return Err(StoreError::Corrupt(format!(
             "the batch script returned {} results for {} rows",
-            ids.len(),
+            results.len(),
             rows.len()
         )));
     }
-    Ok(ids
+    let handed = rows
+        .iter()
+        .zip(&results)
+        .filter_map(|(row, (_, message, seq))| handed_row(row, (*seq)?, *message))
+        .collect();
+    conn.hand_over(handed);
+    Ok(results
         .into_iter()
         .skip(queued.len())
-        .map(|(_, id)| id)
+        .map(|(_, id, seq)| OutgoingWritten {
+            message_id: id,
+            handed: seq.is_some(),
+        })
         .collect())
+}
+
+/// What storing one message did.
+#[derive(Debug, Clone, Copy)]
+pub struct OutgoingWritten {
+    /// `None` for a typing notice.
+    pub message_id: Option<i64>,
+    /// Its outbox row was leased to this process's deliverer and goes to it
+    /// once the transaction commits: nothing to claim.
+    pub handed: bool,
+}
+
+/// A row the batch leased to this process's deliverer, as a claim would
+/// have returned it (no attempt before it).
+fn handed_row(row: &Row<'_>, seq: i64, message_id: Option<i64>) -> Option<Claimed> {
+    let d = row.delivery?;
+    Some(Claimed {
+        seq,
+        id: d.id.to_string(),
+        event_id: d.event_id.to_string(),
+        kind: d.kind.clone(),
+        policy: d.policy.clone(),
+        target_url: d.target_url.clone(),
+        body: d.body.clone(),
+        chunked: d.chunked,
+        message_id,
+        chat_id: row.chat,
+        attempts: 0,
+        first_attempt_at: None,
+        give_up_at: None,
+        last_error: None,
+        staged: d.staged,
+        secret: d.secret.clone(),
+        channel_id: row.event.channel_id,
+    })
 }
 
 /// SQLite: the batch as one script over a temporary table; `[ord, message
@@ -299,7 +359,7 @@ pub async fn write_outgoing(
 async fn write_sqlite(
     conn: &mut AnyConnection,
     rows: &[Row<'_>],
-) -> Result<Vec<(i64, Option<i64>)>, StoreError> {
+) -> Result<Vec<(i64, Option<i64>, Option<i64>)>, StoreError> {
     let slots = slots_for(rows.len());
     let mut query = sqlx::query(SCRIPTS.get(slots));
     for (ord, row) in rows.iter().enumerate() {
@@ -307,7 +367,9 @@ async fn write_sqlite(
     }
     let query = pad_slots(query, COLUMNS, rows.len(), slots);
     let statements = run(conn, query, WHAT).await?;
-    json_cell(statements.get(RESULT_STATEMENT), 0)
+    let ids: Vec<(i64, Option<i64>)> = json_cell(statements.get(RESULT_STATEMENT), 0)?;
+    // Nothing is handed over on SQLite (`TxConn::handoff_lease`).
+    Ok(ids.into_iter().map(|(ord, id)| (ord, id, None)).collect())
 }
 
 /// PostgreSQL: the batch as one JSON parameter of one statement whose
@@ -322,8 +384,9 @@ async fn write_sqlite(
 async fn write_postgres(
     conn: &mut TxConn<'_>,
     rows: &[Row<'_>],
+    owner: Option<&str>,
     last: bool,
-) -> Result<Vec<(i64, Option<i64>)>, StoreError> {
+) -> Result<Vec<(i64, Option<i64>, Option<i64>)>, StoreError> {
     let json: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
@@ -342,6 +405,7 @@ async fn write_postgres(
                 "obody": d.map(|d| &d.body), "chunked": d.map(|d| i64::from(d.chunked)),
                 "okey": d.and_then(|d| d.order_key.as_deref()),
                 "staged": d.map(|d| i64::from(d.staged)), "secret": d.and_then(|d| d.secret.as_deref()),
+                "lease": r.lease, "owner": r.lease.and(owner),
             })
         })
         .collect();
@@ -360,7 +424,7 @@ pub(super) const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($
      uid TEXT, chat BIGINT, author TEXT, agent BIGINT, body TEXT, dstate TEXT, now BIGINT, \
      eid TEXT, kind TEXT, dir TEXT, ch BIGINT, payload TEXT, at BIGINT, oid TEXT, oevent TEXT, \
      okind TEXT, policy TEXT, url TEXT, obody TEXT, chunked BIGINT, okey TEXT, staged BIGINT, \
-     secret TEXT) LIMIT $2), \
+     secret TEXT, lease BIGINT, owner TEXT) LIMIT $2), \
      m AS (INSERT INTO messages (uid, chat_id, author, agent_id, body, delivery_state, \
      created_at) SELECT uid, chat, author, agent, body, dstate, now FROM b \
      WHERE body IS NOT NULL ORDER BY ord RETURNING id, uid), \
@@ -373,18 +437,23 @@ pub(super) const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($
      GROUP BY okey), \
      o AS (INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, \
      order_key, message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, \
-     secret, head) \
-     SELECT b.oid, b.oevent, b.okind, b.policy, b.url, b.obody, b.chunked, b.okey, m.id, \
-     b.chat, 'pending', 0, b.now, b.now, b.staged, b.secret, \
-     CASE WHEN b.okey IS NULL THEN 1 \
-     WHEN q.seq IS NOT NULL OR b.ord > f.first THEN 0 ELSE 1 END \
+     secret, head, lease_until, lease_owner, first_attempt_at) \
+     SELECT h.oid, h.oevent, h.okind, h.policy, h.url, h.obody, h.chunked, h.okey, h.mid, \
+     h.chat, 'pending', CASE WHEN h.handed THEN 1 ELSE 0 END, h.now, h.now, h.staged, \
+     h.secret, h.head, CASE WHEN h.handed THEN h.lease END, \
+     CASE WHEN h.handed THEN h.owner END, CASE WHEN h.handed THEN h.now END \
+     FROM (SELECT k.*, k.head = 1 AND k.lease IS NOT NULL AS handed FROM ( \
+     SELECT b.*, m.id AS mid, CASE WHEN b.okey IS NULL THEN 1 \
+     WHEN q.seq IS NOT NULL OR b.ord > f.first THEN 0 ELSE 1 END AS head \
      FROM b LEFT JOIN m ON m.uid = b.uid AND b.body IS NOT NULL \
      LEFT JOIN f ON f.okey = b.okey \
      LEFT JOIN LATERAL (SELECT p.seq FROM outbox p WHERE p.order_key = b.okey \
      AND p.state = 'pending' ORDER BY p.order_key, p.seq LIMIT 1) q ON TRUE \
-     WHERE b.oid IS NOT NULL ORDER BY b.ord) \
-     SELECT CAST(json_agg(json_build_array(b.ord, m.id) ORDER BY b.ord) AS TEXT) \
-     FROM b LEFT JOIN m ON m.uid = b.uid AND b.body IS NOT NULL";
+     WHERE b.oid IS NOT NULL) k) h ORDER BY h.ord \
+     RETURNING seq, id, lease_until) \
+     SELECT CAST(json_agg(json_build_array(b.ord, m.id, o.seq) ORDER BY b.ord) AS TEXT) \
+     FROM b LEFT JOIN m ON m.uid = b.uid AND b.body IS NOT NULL \
+     LEFT JOIN o ON o.id = b.oid AND o.lease_until IS NOT NULL";
 
 const COLUMNS: usize = 24;
 
@@ -702,6 +771,124 @@ mod tests {
     #[ignore = "needs PostgreSQL"]
     async fn a_batchs_rows_of_one_chat_wait_for_each_other_on_postgres() {
         rows_of_one_chat(crate::store::required_test_postgres().await).await;
+    }
+
+    /// On PostgreSQL, with a deliverer running here, a reply that is its
+    /// chat's head is written leased to this process and handed to the
+    /// deliverer once committed (not before, not when rolled back): no
+    /// claim finds it; one queued behind it is claimed when the result of
+    /// the first says it made a new head; a handed row nobody sent is
+    /// claimed once its lease ran out (its process died).
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn replies_go_to_this_processs_deliverer_leased_on_postgres() {
+        let store = crate::store::required_test_postgres().await;
+        let claim = async |store: &Store, now: i64| -> Vec<String> {
+            let claimed = store.claim_due(now, 60_000, 64).await.expect("claim");
+            claimed.into_iter().map(|c| c.id).collect()
+        };
+        let id = |row: &OutgoingWrite| row.delivery.id.to_string();
+        // No deliverer: nothing is leased as it is written.
+        let alone = typing(7);
+        let mut w = store.begin_row_write().await.expect("write");
+        write_outgoing(&mut w.tx, &[&alone], &[], false)
+            .await
+            .expect("write");
+        w.commit().await.expect("commit");
+        assert_eq!(claim(&store, 2_000).await, vec![id(&alone)]);
+
+        store.handoff().open(60_000);
+        let rows = [typing(1), typing(2), typing(1)];
+        let mut w = store.begin_row_write().await.expect("write");
+        let written = write_outgoing(&mut w.tx, &rows.iter().collect::<Vec<_>>(), &[], false)
+            .await
+            .expect("write");
+        let handed: Vec<bool> = written.iter().map(|w| w.handed).collect();
+        assert_eq!(handed, [true, true, false], "the second of chat 1 waits");
+        assert!(store.handoff().take().is_empty(), "not before the commit");
+        w.commit().await.expect("commit");
+        let taken = store.handoff().take();
+        let ids: Vec<String> = taken.iter().map(|c| c.id.clone()).collect();
+        assert_eq!(ids, [id(&rows[0]), id(&rows[1])]);
+        for c in &taken {
+            let (seq, owner, lease, attempts): (i64, Option<String>, Option<i64>, i64) =
+                sqlx::query_as(
+                    "SELECT seq, lease_owner, lease_until, attempts FROM outbox WHERE id = $1",
+                )
+                .bind(&c.id)
+                .fetch_one(store.pool())
+                .await
+                .expect("the row");
+            assert_eq!(seq, c.seq);
+            assert_eq!(owner.as_deref(), Some(store.identity().id.as_str()));
+            assert_eq!(lease, Some(61_000), "leased from the reply's time");
+            assert_eq!((attempts, c.attempts), (1, 0), "counted as a claim counts");
+        }
+        assert!(
+            claim(&store, 2_000).await.is_empty(),
+            "all in flight or waiting"
+        );
+
+        // A transaction rolled back hands nothing over.
+        let dropped = typing(3);
+        let mut w = store.begin_row_write().await.expect("write");
+        write_outgoing(&mut w.tx, &[&dropped], &[], false)
+            .await
+            .expect("write");
+        drop(w);
+        assert!(store.handoff().take().is_empty());
+
+        // The results, as the deliverer records them: the first made the
+        // second of its chat the head, the other made none.
+        let finish = async |c: &crate::store::Claimed| -> bool {
+            let done = Finished::delivered(c.seq, 2_000);
+            let results = [&done];
+            let first = finish_statement(&results, store.backend())
+                .expect("statement")
+                .map(crate::store::FirstStatement::alone);
+            let locks = crate::store::locks::RowLocks {
+                outbox_rows: vec![c.seq],
+                ..Default::default()
+            };
+            let (mut w, first) = store
+                .begin_row_write_reading(&locks, first)
+                .await
+                .expect("write");
+            let look = finish_many(&mut w.tx, &results, first)
+                .await
+                .expect("finish");
+            w.commit().await.expect("commit");
+            look
+        };
+        assert!(!finish(&taken[1]).await, "chat 2 has nothing behind");
+        assert!(claim(&store, 2_000).await.is_empty());
+        assert!(
+            finish(&taken[0]).await,
+            "chat 1's next reply is its head now"
+        );
+        assert_eq!(claim(&store, 2_000).await, vec![id(&rows[2])]);
+
+        // Handed over to a process that died: taken over after the lease.
+        let orphan = typing(4);
+        let mut w = store.begin_row_write().await.expect("write");
+        write_outgoing(&mut w.tx, &[&orphan], &[], false)
+            .await
+            .expect("write");
+        w.commit().await.expect("commit");
+        assert_eq!(store.handoff().take().len(), 1);
+        assert!(claim(&store, 60_999).await.is_empty(), "still leased");
+        assert_eq!(claim(&store, 61_001).await, vec![id(&orphan)]);
+
+        // The deliverer stopped: rows are claimed again.
+        assert!(store.handoff().close().is_empty());
+        let late = typing(5);
+        let mut w = store.begin_row_write().await.expect("write");
+        write_outgoing(&mut w.tx, &[&late], &[], false)
+            .await
+            .expect("write");
+        w.commit().await.expect("commit");
+        assert!(store.handoff().take().is_empty());
+        assert_eq!(claim(&store, 2_000).await, vec![id(&late)]);
     }
 
     async fn rows_of_one_chat(store: Store) {

@@ -14,12 +14,15 @@ use crate::event::Event;
 
 mod admin;
 mod claim;
+mod handoff;
 mod write;
 
 pub(in crate::store) use claim::{claim_sql, next_due_sql};
 pub(in crate::store) use write::PG_FINISH;
 
 pub use admin::{DeliveryView, OutboxDepth, PendingRows};
+pub(in crate::store) use handoff::Handing;
+pub use handoff::Handoff;
 pub use write::{
     Finished, MAX_FINISHED, add_note, enqueue, finish, finish_many, finish_statement, set_response,
     unstage,

@@ -198,19 +198,34 @@ pub const MAX_FINISHED: usize = 128;
 /// [`locks::order_keys_of_rows`]: crate::store::locks::order_keys_of_rows
 /// `first`: when [`finish_statement`] was sent with the transaction's
 /// begin, the rows are written already.
+///
+/// Whether a row became its order key's head (on SQLite, whose script does
+/// not say, always): it may be due, and the deliverer should look.
 pub async fn finish_many(
     conn: &mut AnyConnection,
     rows: &[&Finished],
     first: Option<FirstRows>,
-) -> Result<(), StoreError> {
-    if rows.is_empty() || first.is_some() {
-        return Ok(());
+) -> Result<bool, StoreError> {
+    if rows.is_empty() {
+        return Ok(false);
+    }
+    if let Some(FirstRows(first)) = first {
+        return Ok(!is_postgres(conn) || new_heads(first.first())?);
     }
     if is_postgres(conn) {
         return finish_postgres(conn, rows).await;
     }
     batch::run(conn, finish_script(rows), FINISHING).await?;
-    Ok(())
+    Ok(true)
+}
+
+/// [`PG_FINISH`]'s row: whether it made new heads.
+fn new_heads(row: Option<&AnyRow>) -> Result<bool, StoreError> {
+    let Some(row) = row else {
+        return Ok(true);
+    };
+    let heads: i64 = row.try_get(0).ctx(FINISHING)?;
+    Ok(heads > 0)
 }
 
 /// SQLite: the batch's script over a temporary table, with its values.
@@ -244,14 +259,14 @@ fn finish_script(rows: &[&Finished]) -> batch::Query<'static> {
 /// runs no script of several statements with parameters): the results with
 /// their messages, the order keys' new heads and the event-log rows: one
 /// round trip, not two, while the write turn is held.
-async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<(), StoreError> {
-    sqlx::query(PG_FINISH)
+async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<bool, StoreError> {
+    let row = sqlx::query(PG_FINISH)
         .bind(finished_json(rows))
         .bind(rows.len() as i64)
-        .execute(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .ctx(FINISHING)?;
-    Ok(())
+    new_heads(row.as_ref())
 }
 
 const FINISHING: &str = "recording delivery results";
@@ -308,7 +323,9 @@ fn finished_json(rows: &[&Finished]) -> String {
 /// change are then read by `seq` through the primary key; as a join
 /// PostgreSQL may hash the whole outbox for them. `u` and `m` are joins
 /// with the same `= ANY` beside them, for the plan the server keeps after
-/// five runs: the statement is prepared once, not planned per batch.)
+/// five runs: the statement is prepared once, not planned per batch.) Its
+/// row counts the new heads: without one, no row became due by it, and the
+/// deliverer has nothing to claim for it.
 pub(in crate::store) const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_recordset($1::JSON) AS x(ord BIGINT, \
      seq BIGINT, state TEXT, error TEXT, attempts BIGINT, response TEXT, now BIGINT, \
      mid BIGINT, mstate TEXT, eid TEXT, kind TEXT, dir TEXT, ch BIGINT, chat BIGINT, \
@@ -322,9 +339,11 @@ pub(in crate::store) const PG_FINISH: &str = "WITH b AS (SELECT * FROM json_to_r
      h AS (UPDATE outbox SET head = 1 WHERE seq = ANY (ARRAY(SELECT (SELECT MIN(p.seq) \
      FROM outbox p WHERE p.order_key = f.order_key AND p.state = 'pending' \
      AND p.seq <> ALL (ARRAY(SELECT seq FROM b))) \
-     FROM outbox f WHERE f.order_key IS NOT NULL AND f.seq = ANY (ARRAY(SELECT seq FROM b))))) \
-     INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
-     SELECT eid, kind, dir, ch, chat, payload, at FROM b WHERE eid IS NOT NULL ORDER BY ord";
+     FROM outbox f WHERE f.order_key IS NOT NULL AND f.seq = ANY (ARRAY(SELECT seq FROM b)))) \
+     RETURNING seq), \
+     v AS (INSERT INTO events (id, kind, direction, channel_id, chat_id, payload, created_at) \
+     SELECT eid, kind, dir, ch, chat, payload, at FROM b WHERE eid IS NOT NULL ORDER BY ord) \
+     SELECT COUNT(*) FROM h";
 
 const FINISH_COLUMNS: usize = 16;
 
