@@ -698,6 +698,54 @@ async fn messages_of_one_chat_are_delivered_in_order() {
     desk.stop().await;
 }
 
+/// Replies queued behind a pending reply of their chat go out one by one,
+/// each as soon as the one before it is delivered, with the hub's clock held
+/// (no timer of the deliverer fires: only the results may set it going).
+/// On PostgreSQL the first reply is handed to the deliverer as it is
+/// written and the ones behind it are not; the results' statement says
+/// when it made the next one the chat's head.
+#[tokio::test]
+async fn replies_behind_a_failed_one_follow_it_as_it_is_delivered() {
+    replies_follow_the_one_before(false).await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
+async fn replies_behind_a_failed_one_follow_it_as_it_is_delivered_on_postgres() {
+    replies_follow_the_one_before(true).await;
+}
+
+async fn replies_follow_the_one_before(postgres: bool) {
+    if postgres {
+        crate::support::require_postgres("replies handed to the deliverer");
+    }
+    let clock = ManualClock::new();
+    let desk = Desk::open_on(&clock).await;
+    desk.integrator.script([Reply::json(500, "down")]);
+    let chat_id = desk.chat(json!(7)).await;
+    let sent_at = clock.now_ms();
+    let a = desk.agent.reply(chat_id, "A").await;
+    desk.integrator.wait_for(1, WAIT).await;
+    let b = desk.agent.reply(chat_id, "B").await;
+    let c = desk.agent.reply(chat_id, "C").await;
+    tokio::time::sleep(EARLY_WINDOW).await;
+    assert_eq!(desk.integrator.requests().len(), 1, "B or C went before A");
+    // A's retry falls due; B and C follow without the clock moving again.
+    move_clock_to(&clock, sent_at + 300).await;
+    let got = desk.integrator.wait_for(4, WAIT).await;
+    assert_eq!(
+        labels(&got),
+        [
+            a["uid"].clone(),
+            a["uid"].clone(),
+            b["uid"].clone(),
+            c["uid"].clone()
+        ]
+    );
+    assert_eq!(desk.settled(chat_id, &c).await["delivery"], "delivered");
+    desk.stop().await;
+}
+
 #[tokio::test]
 async fn a_failing_chat_does_not_hold_up_another_chat() {
     let desk = Desk::open_with(
