@@ -372,6 +372,39 @@ async fn write_sqlite(
     Ok(ids.into_iter().map(|(ord, id)| (ord, id, None)).collect())
 }
 
+/// One row of [`PG_SCRIPT`]'s `$1`, borrowed from the batch: written
+/// straight to JSON, with no tree of values built first.
+#[derive(serde::Serialize)]
+struct PgRow<'a> {
+    ord: usize,
+    uid: Option<&'a str>,
+    chat: Option<i64>,
+    author: Option<&'a str>,
+    agent: Option<i64>,
+    body: Option<&'a str>,
+    dstate: &'a str,
+    now: i64,
+    eid: String,
+    kind: &'a str,
+    dir: &'a str,
+    ch: Option<i64>,
+    payload: &'a str,
+    at: i64,
+    oid: Option<String>,
+    oevent: Option<String>,
+    okind: Option<&'a str>,
+    policy: Option<&'a str>,
+    url: Option<&'a str>,
+    /// `None` when it is `payload` (an agent's reply, typing).
+    obody: Option<&'a str>,
+    chunked: Option<i64>,
+    okey: Option<&'a str>,
+    staged: Option<i64>,
+    secret: Option<&'a str>,
+    lease: Option<i64>,
+    owner: Option<&'a str>,
+}
+
 /// PostgreSQL: the batch as one JSON parameter of one statement whose
 /// steps are the script's (PostgreSQL runs no script of several
 /// statements with parameters). The outbox rows learn their message ids
@@ -387,29 +420,47 @@ async fn write_postgres(
     owner: Option<&str>,
     last: bool,
 ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>, StoreError> {
-    let json: Vec<serde_json::Value> = rows
+    let payloads: Vec<String> = rows.iter().map(|r| r.event.payload.to_string()).collect();
+    let json: Vec<PgRow> = rows
         .iter()
+        .zip(&payloads)
         .enumerate()
-        .map(|(ord, r)| {
+        .map(|(ord, (r, payload))| {
             let e = r.event;
             let d = r.delivery;
-            serde_json::json!({
-                "ord": ord, "uid": r.uid, "chat": r.chat,
-                "author": r.author, "agent": r.agent, "body": r.body,
-                "dstate": r.dstate, "now": r.now, "eid": e.id.to_string(),
-                "kind": e.kind.as_str(), "dir": e.direction.as_str(), "ch": e.channel_id,
-                "payload": e.payload.to_string(), "at": e.at,
-                "oid": d.map(|d| d.id.to_string()),
-                "oevent": d.map(|d| d.event_id.to_string()), "okind": d.map(|d| &d.kind),
-                "policy": d.map(|d| &d.policy), "url": d.map(|d| &d.target_url),
-                "obody": d.map(|d| &d.body), "chunked": d.map(|d| i64::from(d.chunked)),
-                "okey": d.and_then(|d| d.order_key.as_deref()),
-                "staged": d.map(|d| i64::from(d.staged)), "secret": d.and_then(|d| d.secret.as_deref()),
-                "lease": r.lease, "owner": r.lease.and(owner),
-            })
+            PgRow {
+                ord,
+                uid: r.uid,
+                chat: r.chat,
+                author: r.author,
+                agent: r.agent,
+                body: r.body,
+                dstate: r.dstate,
+                now: r.now,
+                eid: e.id.to_string(),
+                kind: e.kind.as_str(),
+                dir: e.direction.as_str(),
+                ch: e.channel_id,
+                payload,
+                at: e.at,
+                oid: d.map(|d| d.id.to_string()),
+                oevent: d.map(|d| d.event_id.to_string()),
+                okind: d.map(|d| d.kind.as_str()),
+                policy: d.map(|d| d.policy.as_str()),
+                url: d.map(|d| d.target_url.as_str()),
+                // A reply's request is its event's payload: sent once.
+                obody: d.map(|d| d.body.as_str()).filter(|body| body != payload),
+                chunked: d.map(|d| i64::from(d.chunked)),
+                okey: d.and_then(|d| d.order_key.as_deref()),
+                staged: d.map(|d| i64::from(d.staged)),
+                secret: d.and_then(|d| d.secret.as_deref()),
+                lease: r.lease,
+                owner: r.lease.and(owner),
+            }
         })
         .collect();
-    let json = serde_json::Value::Array(json).to_string();
+    let json = serde_json::to_string(&json)
+        .map_err(|e| StoreError::Corrupt(format!("encoding a batch of agent messages: {e}")))?;
     let count = rows.len() as i64;
     let statements = if last {
         let sql = prepared::OUTGOING.execute(&[Literal::Text(&json), Literal::Int(count)])?;
@@ -438,7 +489,8 @@ pub(super) const PG_SCRIPT: &str = "WITH b AS (SELECT * FROM json_to_recordset($
      o AS (INSERT INTO outbox (id, event_id, kind, policy, target_url, body, chunked, \
      order_key, message_id, chat_id, state, attempts, next_attempt_at, created_at, staged, \
      secret, head, lease_until, lease_owner, first_attempt_at) \
-     SELECT h.oid, h.oevent, h.okind, h.policy, h.url, h.obody, h.chunked, h.okey, h.mid, \
+     SELECT h.oid, h.oevent, h.okind, h.policy, h.url, COALESCE(h.obody, h.payload), h.chunked, \
+     h.okey, h.mid, \
      h.chat, 'pending', CASE WHEN h.handed THEN 1 ELSE 0 END, h.now, h.now, h.staged, \
      h.secret, h.head, CASE WHEN h.handed THEN h.lease END, \
      CASE WHEN h.handed THEN h.owner END, CASE WHEN h.handed THEN h.now END \
