@@ -440,20 +440,25 @@ async fn write_postgres(
             .await
             .ctx(WHAT)?;
     }
-    let rows: Vec<Value> = items
+    let rows: Vec<PgMessageRow> = items
         .iter()
         .enumerate()
-        .map(|(seq, item)| {
-            json!({
-                "seq": seq, "ch": item.channel_id, "k": item.sender.id.as_key(),
-                "now": item.now, "typing": i64::from(item.body.is_none()), "uid": item.uid,
-                "body": item.body, "eid": item.event.id.to_string(),
-                "kind": item.event.kind.as_str(), "payload": item.event.payload.to_string(),
-                "at": item.event.at,
-            })
+        .map(|(seq, item)| PgMessageRow {
+            seq,
+            ch: item.channel_id,
+            k: item.sender.id.as_key(),
+            now: item.now,
+            typing: i64::from(item.body.is_none()),
+            uid: &item.uid,
+            body: item.body.as_deref(),
+            eid: item.event.id.to_string(),
+            kind: item.event.kind.as_str(),
+            payload: super::batch::PayloadCell::of(&item.event.payload),
+            at: item.event.at,
         })
         .collect();
-    let rows = Value::Array(rows).to_string();
+    let rows = serde_json::to_string(&rows)
+        .map_err(|e| StoreError::Corrupt(format!("encoding a batch of messages: {e}")))?;
     let numbers = plan.steps.iter().any(|s| s.number.is_some());
     let statements = if last && !numbers {
         let sql = prepared::CUSTOMER_MESSAGES.execute(&[Literal::Text(&rows)])?;
@@ -464,6 +469,22 @@ async fn write_postgres(
     let mut results: Vec<ResultRow> = json_cell(statements.first(), 0)?;
     number_new_clients(conn, &plan.steps, &mut results, last).await?;
     Ok(results)
+}
+
+/// One row of [`PG_MESSAGES`]' `$1`, borrowed from the batch.
+#[derive(serde::Serialize)]
+struct PgMessageRow<'a> {
+    seq: usize,
+    ch: i64,
+    k: String,
+    now: i64,
+    typing: i64,
+    uid: &'a str,
+    body: Option<&'a str>,
+    eid: String,
+    kind: &'a str,
+    payload: super::batch::PayloadCell<'a>,
+    at: i64,
 }
 
 /// PostgreSQL: gives the clients the batch created their visitor numbers,

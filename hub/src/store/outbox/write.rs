@@ -261,7 +261,7 @@ fn finish_script(rows: &[&Finished]) -> batch::Query<'static> {
 /// round trip, not two, while the write turn is held.
 async fn finish_postgres(conn: &mut AnyConnection, rows: &[&Finished]) -> Result<bool, StoreError> {
     let row = sqlx::query(PG_FINISH)
-        .bind(finished_json(rows))
+        .bind(finished_json(rows)?)
         .bind(rows.len() as i64)
         .fetch_optional(&mut *conn)
         .await
@@ -287,32 +287,63 @@ pub fn finish_statement(
     if backend == Backend::Sqlite {
         return FirstStatement::sqlite(finish_script(rows), true, FINISHING).map(Some);
     }
-    let json = finished_json(rows);
+    let json = finished_json(rows)?;
     prepared::FINISH
         .read(&[Literal::Text(&json), Literal::Int(rows.len() as i64)])
         .map(Some)
 }
 
 /// PostgreSQL: the rows for [`PG_FINISH`]'s `$1`.
-fn finished_json(rows: &[&Finished]) -> String {
+fn finished_json(rows: &[&Finished]) -> Result<String, StoreError> {
     debug_assert!(rows.iter().all(|r| r.state != OutboxState::Pending));
-    let batch: Vec<serde_json::Value> = rows
+    let batch: Vec<FinishRow> = rows
         .iter()
         .enumerate()
         .map(|(ord, row)| {
             let e = &row.event;
-            serde_json::json!({
-                "ord": ord, "seq": row.seq, "state": row.state.as_str(), "error": row.error,
-                "attempts": row.attempts, "response": row.answer.as_deref().map(kept_answer),
-                "now": row.now, "mid": row.message.map(|(id, _)| id),
-                "mstate": row.message.map(|(_, state)| state.as_str()),
-                "eid": e.id.to_string(), "kind": e.kind.as_str(), "dir": e.direction.as_str(),
-                "ch": e.channel_id, "chat": e.chat_id, "payload": e.payload.to_string(),
-                "at": e.at,
-            })
+            FinishRow {
+                ord,
+                seq: row.seq,
+                state: row.state.as_str(),
+                error: row.error.as_deref(),
+                attempts: row.attempts,
+                response: row.answer.as_deref().map(kept_answer),
+                now: row.now,
+                mid: row.message.map(|(id, _)| id),
+                mstate: row.message.map(|(_, state)| state.as_str()),
+                eid: e.id.to_string(),
+                kind: e.kind.as_str(),
+                dir: e.direction.as_str(),
+                ch: e.channel_id,
+                chat: e.chat_id,
+                payload: batch::PayloadCell::of(&e.payload),
+                at: e.at,
+            }
         })
         .collect();
-    serde_json::Value::Array(batch).to_string()
+    serde_json::to_string(&batch)
+        .map_err(|e| StoreError::Corrupt(format!("encoding delivery results: {e}")))
+}
+
+/// One row of [`PG_FINISH`]'s `$1`, borrowed from the results.
+#[derive(serde::Serialize)]
+struct FinishRow<'a> {
+    ord: usize,
+    seq: i64,
+    state: &'a str,
+    error: Option<&'a str>,
+    attempts: i64,
+    response: Option<String>,
+    now: i64,
+    mid: Option<i64>,
+    mstate: Option<&'a str>,
+    eid: String,
+    kind: &'a str,
+    dir: &'a str,
+    ch: Option<i64>,
+    chat: Option<i64>,
+    payload: batch::PayloadCell<'a>,
+    at: i64,
 }
 
 /// `h`: the next pending row of each finished row's order key is its head
