@@ -153,7 +153,14 @@ impl Deliverer {
                 _ = self.kick.0.notified() => look = true,
                 _ = self.clock.sleep_until_ms(wake_at) => look = true,
                 _ = handoff.ready() => look = false,
-                _ = shutdown.changed() => look = false,
+                changed = shutdown.changed() => {
+                    // Its sender gone, nobody can stop this loop by it:
+                    // stop now rather than spin on the closed channel.
+                    if changed.is_err() {
+                        break;
+                    }
+                    look = false;
+                }
                 Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                     rows.remove(&task_id(&done));
                     look = false;
