@@ -1430,6 +1430,23 @@ mod tests {
         store.close().await;
     }
 
+    /// A connection a writer still held when the store began to close goes
+    /// back to the pool when its transaction ends, not onto the emptied
+    /// shelf: the pool's close, which waits for every connection, ends
+    /// (a notice sent as a hub stopped once left its close waiting forever).
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn a_connection_kept_after_the_close_began_does_not_hold_it_up_on_postgres() {
+        let store = required_test_postgres().await;
+        let late = store.shelf.take(&store.pool).await.expect("a connection");
+        store.shelf.clear();
+        store.shelf.put(late);
+        assert_eq!(store.shelf.len(), 0, "nothing kept once cleared");
+        tokio::time::timeout(Duration::from_secs(10), store.close())
+            .await
+            .expect("the close waited for a kept connection");
+    }
+
     /// A write begun on a closed store fails at once instead of opening a
     /// transaction no flusher will commit: the database stays writable by
     /// whoever opens it next (the next start of the hub, its CLI).

@@ -45,6 +45,10 @@ pub(super) struct Shelf {
 struct Kept {
     conns: Vec<(PoolConnection<Any>, Instant)>,
     returned_at: Instant,
+    /// Cleared for the pool's close: nothing is kept from then on, or the
+    /// close (which waits for every connection) would wait forever for one
+    /// a transaction still running then put here afterwards.
+    closed: bool,
 }
 
 impl Shelf {
@@ -62,6 +66,7 @@ impl Shelf {
             kept: Mutex::new(Kept {
                 conns: Vec::new(),
                 returned_at: Instant::now(),
+                closed: false,
             }),
             cap: (4 * lanes).min(half),
             after_idle,
@@ -92,7 +97,9 @@ impl Shelf {
     pub(super) fn put(&self, conn: PoolConnection<Any>) {
         let returned: Vec<_> = {
             let mut kept = self.lock();
-            if kept.returned_at.elapsed() >= self.return_every {
+            if kept.closed {
+                vec![conn]
+            } else if kept.returned_at.elapsed() >= self.return_every {
                 kept.returned_at = Instant::now();
                 let mut all: Vec<_> = kept.conns.drain(..).map(|(c, _)| c).collect();
                 all.push(conn);
@@ -111,7 +118,11 @@ impl Shelf {
     /// Gives every shelved connection back to the pool (before it closes,
     /// which waits for all of them).
     pub(super) fn clear(&self) {
-        let drained: Vec<_> = self.lock().conns.drain(..).collect();
+        let drained: Vec<_> = {
+            let mut kept = self.lock();
+            kept.closed = true;
+            kept.conns.drain(..).collect()
+        };
         drop(drained);
     }
 
