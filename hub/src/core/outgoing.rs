@@ -141,11 +141,7 @@ impl BatchWrite for Outgoing {
                     let write = &job.write;
                     record_effects(conn, &write.event, &job.forwards, &job.kv_writes, write.now)
                         .await?;
-                    let OutgoingWritten { message_id, handed } =
-                        written.next().unwrap_or(OutgoingWritten {
-                            message_id: None,
-                            handed: false,
-                        });
+                    let OutgoingWritten { message_id, handed } = written.next().unwrap_or_default();
                     Ok(Sent {
                         chat,
                         accepted,

@@ -320,7 +320,7 @@ pub async fn write_outgoing(
 }
 
 /// What storing one message did.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct OutgoingWritten {
     /// `None` for a typing notice.
     pub message_id: Option<i64>,
