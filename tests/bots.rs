@@ -237,6 +237,34 @@ impl Bay {
         events_named(&self.provider.requests(), &self.provider_path(), name)
     }
 
+    /// Waits until the hub recorded the provider's answer to its notice
+    /// `kind` (`bot.agent_joined`, `bot.chat_closed`) for `chat`: the
+    /// provider has the request before the hub has its answer, and the hub
+    /// takes a bot's message as overtaken until then (see
+    /// `an_agent_joining_while_the_bot_hands_off_does_not_fail_the_bots_answer`).
+    async fn told(&self, chat: i64, kind: &str) {
+        eventually(
+            WAIT,
+            &format!("{kind} for chat {chat} recorded as delivered"),
+            || async {
+                let (status, list) = admin(
+                    &self.hub,
+                    Method::GET,
+                    "/admin/v1/deliveries?state=delivered&limit=1000",
+                    None,
+                )
+                .await;
+                assert_eq!(status, 200, "{list}");
+                list["deliveries"]
+                    .as_array()?
+                    .iter()
+                    .any(|d| d["chat_id"] == json!(chat) && d["kind"] == kind)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Waits until the provider got `n` requests of event `name`.
     async fn wait_bot(&self, name: &str, n: usize, timeout: Duration) -> Vec<Recorded> {
         eventually(timeout, &format!("{n} × {name} to the bot"), || {
@@ -1054,6 +1082,7 @@ async fn an_invited_chat_goes_to_the_agent_who_accepts_and_the_bot_is_done_with_
     let joined = bay.wait_bot("AGENT_JOINED", 1, WAIT).await.remove(0).json();
     assert_notice(&joined, "AGENT_JOINED", chat, &client_id);
     assert_eq!(bay.listed(chat).await["bot"]["state"], "joined");
+    bay.told(chat, "bot.agent_joined").await;
 
     // The customer now talks to Ann only; the bot's messages are refused.
     bay.hub.say(&bay.web, json!(16), "thanks, human").await;
@@ -1130,6 +1159,7 @@ async fn closing_a_chat_tells_the_bot_and_refuses_its_later_messages() {
     bay.close(held).await;
     let closed = bay.wait_bot("CHAT_CLOSED", 1, WAIT).await.remove(0).json();
     assert_notice(&closed, "CHAT_CLOSED", held, &held_client);
+    bay.told(held, "bot.chat_closed").await;
     let answer = bay.send(bot_message(held, text_message("bye?"))).await;
     assert_refused(
         "BOT_MESSAGE after CHAT_CLOSED",
@@ -1155,6 +1185,7 @@ async fn closing_a_chat_tells_the_bot_and_refuses_its_later_messages() {
     })
     .await;
     assert_notice(&closed, "CHAT_CLOSED", joined, &joined_client);
+    bay.told(joined, "bot.chat_closed").await;
     let answer = bay.send(bot_message(joined, text_message("bye?"))).await;
     assert_refused("BOT_MESSAGE after close", &answer, 400, "invalid_request");
     settle().await;
@@ -1177,6 +1208,7 @@ async fn an_agent_replying_to_a_handed_off_chat_takes_it_and_the_bot_hears_agent
     assert_eq!(bay.ann.chat(chat).await["chat"]["state"], "accepted");
     let joined = bay.wait_bot("AGENT_JOINED", 1, WAIT).await.remove(0).json();
     assert_notice(&joined, "AGENT_JOINED", chat, &client_id);
+    bay.told(chat, "bot.agent_joined").await;
     let answer = bay.send(bot_message(chat, text_message("me too"))).await;
     assert_refused(
         "BOT_MESSAGE after the agent's reply",
