@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    HubOptions, Integrator, TestAgent, TestHub, eventually, require_postgres, storage_url,
+    HubOptions, Integrator, TestAgent, TestChannel, TestHub, eventually, require_postgres,
+    storage_url,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -26,6 +27,35 @@ async fn beside_with(first: &TestHub, options: HubOptions) -> TestHub {
     second
 }
 
+/// Two instances on one database, an agent and a channel made through the first.
+struct Pair {
+    integrator: Integrator,
+    a: TestHub,
+    b: TestHub,
+    ann: TestAgent,
+    ch: TestChannel,
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
+        let integrator = Integrator::start().await;
+        let a = TestHub::start().await;
+        let b = beside(&a).await;
+        let ann = a.create_agent("Ann", "ann@example.com").await;
+        let ch = a
+            .create_channel("web", &integrator.url, false, &["ann@example.com"])
+            .await;
+        Pair {
+            integrator,
+            a,
+            b,
+            ann,
+            ch,
+        }
+    }
+}
+
 /// The same agent, talking to another instance.
 fn via(agent: &TestAgent, hub: &TestHub) -> TestAgent {
     TestAgent {
@@ -37,14 +67,13 @@ fn via(agent: &TestAgent, hub: &TestHub) -> TestAgent {
 #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
 #[tokio::test]
 async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_delivery() {
-    require_postgres("several instances need PostgreSQL (scripts/with-postgres.sh)");
-    let integrator = Integrator::start().await;
-    let a = TestHub::start().await;
-    let b = beside(&a).await;
-    let ann = a.create_agent("Ann", "ann@example.com").await;
-    let ch = a
-        .create_channel("web", &integrator.url, false, &["ann@example.com"])
-        .await;
+    let Pair {
+        integrator,
+        a,
+        b,
+        ann,
+        ch,
+    } = Pair::start().await;
     let mut stream = ann.stream().await;
 
     // The channel made through A takes messages at B at once.
@@ -86,6 +115,40 @@ async fn an_agent_on_one_instance_sees_a_message_posted_to_another_and_its_deliv
         || async { (status().await.trim() == "1").then_some(()) },
     )
     .await;
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Instances relay updates to another only while it has a stream open; an
+/// agent who connects to one of them long after they started (when neither
+/// relays to the other) still gets the other's updates from the moment the
+/// stream opened: the stream opens once the other answered that it relays.
+#[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
+#[tokio::test]
+async fn an_agent_connecting_after_the_instances_stopped_relaying_hears_the_others_at_once() {
+    let Pair {
+        integrator: _integrator,
+        a,
+        b,
+        ann,
+        ch,
+    } = Pair::start().await;
+    let on_b = ch.via(&a.base, &b.base);
+    // Past both instances' start (when they relay everything) and their
+    // first heartbeats; nobody watches.
+    a.say(&ch, json!("c-0"), "before anyone watched").await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+
+    let mut on_b_stream = via(&ann, &b).stream().await;
+    a.say(&ch, json!("c-1"), "posted to A").await;
+    let data = on_b_stream.expect("chat.message", WAIT).await;
+    assert_eq!(data["data"]["message"]["body"]["text"], "posted to A");
+
+    // And the other way round, A's first stream.
+    let mut on_a_stream = ann.stream().await;
+    b.say(&on_b, json!("c-2"), "posted to B").await;
+    let data = on_a_stream.expect("chat.message", WAIT).await;
+    assert_eq!(data["data"]["message"]["body"]["text"], "posted to B");
     b.shutdown().await;
     a.shutdown().await;
 }

@@ -308,7 +308,13 @@ pub async fn start_on_clock(
     let (stop, shutdown) = watch::channel(false);
     let mut live = Live::default();
     if store.backend() == crate::store::Backend::Postgres {
-        live.relay(store.clone(), &config.storage.url, shutdown.clone())
+        // Until each of them said whether it watches, this instance relays
+        // everything (`core::live::audience`).
+        let since = clock
+            .now_ms()
+            .saturating_sub(i64::try_from(config.delivery.takeover_ms).unwrap_or(i64::MAX));
+        let peers = store.others_alive(since).await.ok();
+        live.relay(store.clone(), &config.storage.url, peers, shutdown.clone())
             .await?;
     }
     let kick = Kick::default();

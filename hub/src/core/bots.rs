@@ -387,7 +387,7 @@ impl Conversations {
         w.commit().await?;
         self.kick.kick();
         // The read is for the update alone.
-        if self.live().is_heard()
+        if self.live().is_heard("chat.client")
             && let Some(client) = self.store.client_by_id(chat.client_id).await?
         {
             self.publish(

@@ -159,7 +159,7 @@ impl Conversations {
         kind: &'static str,
         data: impl FnOnce() -> serde_json::Value,
     ) {
-        if !self.live.is_heard() {
+        if !self.live.is_heard(kind) {
             return;
         }
         self.live.publish(LiveEvent {

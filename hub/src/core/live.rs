@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -14,6 +14,10 @@ use tokio::sync::{Notify, broadcast, mpsc, watch};
 
 use crate::store::notices::Listener;
 use crate::store::{Client, Store};
+
+mod audience;
+
+use audience::Audience;
 
 /// One update on the agent stream (`event:` is `kind`, `data:` is `data`).
 #[derive(Debug, Clone, Serialize)]
@@ -59,7 +63,24 @@ enum Notice {
     Bots { origin: String },
     /// An instance began listening: the others relay to it from now on.
     Hello { origin: String },
+    /// Whether its instance has a stream open (see [`audience`]).
+    Audience {
+        origin: String,
+        watching: bool,
+        round: u64,
+    },
+    /// Its instance relays updates to `to` from now on: the answer to
+    /// `to`'s `Audience` of `round` that said it watches.
+    Relaying {
+        origin: String,
+        to: String,
+        round: u64,
+    },
 }
+
+/// The one update whose relay means more than showing something: another
+/// instance forgets the sender's live chat it remembers.
+const CLOSED: &str = "chat.closed";
 
 /// How the command line's notices name their origin (no instance: nothing
 /// to relay to).
@@ -78,6 +99,8 @@ pub struct Live {
     others: Arc<AtomicBool>,
     origin: Arc<str>,
     bots_changed: Arc<Notify>,
+    /// Which other instances watch, once relaying.
+    audience: Option<Arc<Audience>>,
 }
 
 impl Default for Live {
@@ -88,13 +111,14 @@ impl Default for Live {
             others: Arc::new(AtomicBool::new(true)),
             origin: crate::ids::random_token().into(),
             bots_changed: Arc::default(),
+            audience: None,
         }
     }
 }
 
 impl Live {
     pub fn publish(&self, event: LiveEvent) {
-        if let Some(relay) = self.relay_to_others() {
+        if let Some(relay) = self.relay_for(event.kind) {
             let notice = Notice::Live {
                 origin: self.origin.to_string(),
                 kind: event.kind.to_owned(),
@@ -113,18 +137,32 @@ impl Live {
         let _ = self.tx.send(event);
     }
 
-    /// Whether an update published now reaches anyone: a stream of this
-    /// instance, or the other instances. Nobody listening is the common case
-    /// of a busy channel at night, and building an update costs microseconds.
-    pub fn is_heard(&self) -> bool {
-        self.relay_to_others().is_some() || self.tx.receiver_count() > 0
+    /// Whether an update of `kind` published now reaches anyone: a stream
+    /// of this instance, or the other instances. Nobody listening is the
+    /// common case of a busy channel at night, and building an update costs
+    /// microseconds.
+    pub fn is_heard(&self, kind: &str) -> bool {
+        self.relay_for(kind).is_some() || self.tx.receiver_count() > 0
     }
 
-    /// The relay, while another instance may be listening.
-    fn relay_to_others(&self) -> Option<&mpsc::Sender<Notice>> {
-        self.relay
-            .as_ref()
-            .filter(|_| self.others.load(Ordering::Relaxed))
+    /// The relay, if an update of `kind` goes to other instances now: while
+    /// another instance may be listening, and for an update that only shows
+    /// something, while one of them has a stream open.
+    fn relay_for(&self, kind: &str) -> Option<&mpsc::Sender<Notice>> {
+        self.relay.as_ref().filter(|_| {
+            self.others.load(Ordering::Relaxed)
+                && (kind == CLOSED || self.audience.as_ref().is_none_or(|a| a.watched()))
+        })
+    }
+
+    /// Called as a stream opens, before it reads where it begins: returns
+    /// once the other instances relay to this one (at once when they do
+    /// already), so that the stream misses nothing they publish after it
+    /// opened.
+    pub async fn watching(&self) {
+        if let Some(audience) = &self.audience {
+            audience.watching(self.others.load(Ordering::Relaxed)).await;
+        }
     }
 
     /// Whether another instance may be listening, shared with the
@@ -160,10 +198,12 @@ impl Live {
     /// Connects this instance to the others on the PostgreSQL database at
     /// `url`: updates published here are sent to them, theirs are published
     /// here. Call before the `Live` is cloned. Runs until `shutdown`.
+    /// `peers`: how many other instances beat lately (None: unknown).
     pub async fn relay(
         &mut self,
         store: Store,
         url: &str,
+        peers: Option<usize>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), crate::store::StoreError> {
         let listener = Listener::connect(store.clone(), url).await?;
@@ -176,8 +216,16 @@ impl Live {
         if tx.try_send(hello).is_err() {
             tracing::warn!("live relay is behind; other instances learn of this one late");
         }
+        let audience = Arc::new(Audience::new(
+            self.origin.clone(),
+            tx.clone(),
+            peers,
+            Instant::now(),
+        ));
         self.relay = Some(tx);
+        self.audience = Some(audience.clone());
         tokio::spawn(send_notices(store, rx));
+        tokio::spawn(tend(audience.clone(), self.tx.clone(), shutdown.clone()));
         tokio::spawn(receive_notices(
             listener,
             Received {
@@ -185,6 +233,7 @@ impl Live {
                 origin: self.origin.clone(),
                 bots_changed: self.bots_changed.clone(),
                 others: self.others.clone(),
+                audience,
             },
             shutdown,
         ));
@@ -204,6 +253,21 @@ pub async fn announce_bots_changed(store: &Store) -> Result<(), crate::store::St
             tracing::error!(error = %e, "cannot encode a notice");
             Ok(())
         }
+    }
+}
+
+/// Keeps [`Audience`] current, once a second, until `shutdown`.
+async fn tend(
+    audience: Arc<Audience>,
+    streams: broadcast::Sender<LiveEvent>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => return,
+        }
+        audience.tend(streams.receiver_count(), Instant::now());
     }
 }
 
@@ -242,6 +306,7 @@ struct Received {
     origin: Arc<str>,
     bots_changed: Arc<Notify>,
     others: Arc<AtomicBool>,
+    audience: Arc<Audience>,
 }
 
 async fn receive_notices(
@@ -254,6 +319,7 @@ async fn receive_notices(
         origin,
         bots_changed,
         others,
+        audience,
     } = received;
     loop {
         let received = tokio::select! {
@@ -275,12 +341,19 @@ async fn receive_notices(
         if let Ok(
             Notice::Live { origin: from, .. }
             | Notice::Bots { origin: from }
-            | Notice::Hello { origin: from },
+            | Notice::Hello { origin: from }
+            | Notice::Audience { origin: from, .. }
+            | Notice::Relaying { origin: from, .. },
         ) = &notice
             && **from != *origin
             && !from.starts_with(CLI_ORIGIN)
         {
             others.store(true, Ordering::Relaxed);
+        }
+        if let Ok(n @ (Notice::Hello { .. } | Notice::Audience { .. } | Notice::Relaying { .. })) =
+            &notice
+        {
+            audience.heard(n, Instant::now());
         }
         match notice {
             Ok(Notice::Live {
@@ -294,7 +367,7 @@ async fn receive_notices(
                     tracing::warn!(%kind, "an update of an unknown kind from another instance");
                     continue;
                 };
-                if kind == "chat.closed" {
+                if kind == CLOSED {
                     // A sender's live chat this instance remembers may have
                     // ended (store::live). An opened chat cannot make an
                     // entry wrong: only a sender without a live chat gets one.
@@ -336,9 +409,9 @@ mod tests {
     #[test]
     fn an_update_is_heard_only_while_a_stream_is_open() {
         let live = Live::default();
-        assert!(!live.is_heard(), "nobody subscribed yet");
+        assert!(!live.is_heard("chat.message"), "nobody subscribed yet");
         let mut stream = live.subscribe();
-        assert!(live.is_heard());
+        assert!(live.is_heard("chat.message"));
         live.publish(LiveEvent {
             kind: "chat.message",
             channel_id: 1,
@@ -348,6 +421,6 @@ mod tests {
         let got = stream.try_recv().expect("the open stream gets the update");
         assert_eq!((got.kind, got.chat_id), ("chat.message", 2));
         drop(stream);
-        assert!(!live.is_heard(), "the last stream closed");
+        assert!(!live.is_heard("chat.message"), "the last stream closed");
     }
 }

@@ -376,7 +376,7 @@ impl Conversations {
         kind: &'static str,
     ) -> Result<(), CoreError> {
         // The reads below are for the update alone.
-        if !self.live().is_heard() {
+        if !self.live().is_heard(kind) {
             return Ok(());
         }
         let client = self.store.client_by_id(client.id).await?;

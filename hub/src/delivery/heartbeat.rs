@@ -70,7 +70,7 @@ pub async fn run(
             .others_alive(clock.now_ms().saturating_sub(window))
             .await
         {
-            Ok(alive) => others.store(alive, Ordering::Relaxed),
+            Ok(alive) => others.store(alive > 0, Ordering::Relaxed),
             Err(e) => tracing::warn!(error = %e, "cannot read the other instances"),
         }
         if beating_since

@@ -66,6 +66,7 @@ pub fn listen(app: &App) -> Listening {
 pub async fn open(app: &App, listening: Listening, mut frames: impl Frames) -> Resp {
     let Listening(mut updates) = listening;
     let mut shutdown = app.shutdown.clone();
+    app.live.watching().await;
     let first = frames.start().await;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {

@@ -113,17 +113,16 @@ impl Store {
         Ok(Beat::Reclaimed)
     }
 
-    /// Whether another instance beat at or after `since`.
-    pub async fn others_alive(&self, since: i64) -> Result<bool, StoreError> {
-        let (alive,): (bool,) = sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM instances WHERE id <> $1 AND heartbeat_at >= $2)",
-        )
-        .bind(&self.identity().id)
-        .bind(since)
-        .fetch_one(self.pool())
-        .await
-        .ctx("reading the other instances")?;
-        Ok(alive)
+    /// How many other instances beat at or after `since`.
+    pub async fn others_alive(&self, since: i64) -> Result<usize, StoreError> {
+        let (alive,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM instances WHERE id <> $1 AND heartbeat_at >= $2")
+                .bind(&self.identity().id)
+                .bind(since)
+                .fetch_one(self.pool())
+                .await
+                .ctx("reading the other instances")?;
+        Ok(usize::try_from(alive).unwrap_or(0))
     }
 
     /// Takes over the leases of every other instance whose heartbeat is
