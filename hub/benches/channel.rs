@@ -14,6 +14,8 @@
 //! BENCH_SOAK_SECS (a soak of the served hub at half rate, RSS every 30 s),
 //! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s),
 //! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`),
+//! BENCH_PG_LANES (each PostgreSQL instance's `[storage] write_lanes`,
+//! default 1: see `config_text`),
 //! BENCH_BUSY_DISK=<MiB/s> (another writer on the databases' disk meanwhile,
 //! synced per MiB: what `durability = "full"` costs when the disk is shared).
 //!
@@ -903,6 +905,13 @@ fn config_text(storage: &str, listen: &str, setup: Setup, plugins: &Path) -> Str
     let mut text = format!("[server]\nlisten = \"{listen}\"\n[storage]\nurl = \"{storage}\"\n");
     if storage.starts_with("sqlite:") {
         text += &format!("durability = \"{}\"\n", setup.durability);
+    } else {
+        // The scale model's advice (docs/operations.md): the instances'
+        // lanes together near the server's cores, and here the server
+        // shares two cores with the hubs and the load. One lane measured
+        // 1.03-1.04x of the default two with one instance, 1.08-1.13x with
+        // two (2026-12-04).
+        text += &format!("write_lanes = {}\n", env_or("BENCH_PG_LANES", 1));
     }
     text += &format!("[admin]\ntoken = \"{ADMIN}\"\n");
     // `kv`: what faq-bot and spam-guard need with their default config.
