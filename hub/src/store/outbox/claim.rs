@@ -215,15 +215,17 @@ pub(in crate::store) fn claim_sql(backend: Backend) -> &'static str {
     // due row through `outbox_due`.
     // (`CROSS JOIN` keeps SQLite's loop over the held heads outside;
     // PostgreSQL knows no `CROSS JOIN … ON`.)
-    let (cell, heads, held, join, lock) = match backend {
-        Backend::Sqlite => (
-            &CLAIM,
-            " INDEXED BY outbox_heads",
-            " INDEXED BY outbox_held",
-            "CROSS JOIN",
-            "",
-        ),
-        Backend::Postgres => (&CLAIM_PG, "", "", "JOIN", " FOR UPDATE OF o SKIP LOCKED"),
+    //
+    // On PostgreSQL the rows behind are read per held head (`LATERAL`),
+    // whatever the statistics: the plan a connection keeps for the
+    // prepared claim may have been made while the table was empty, and a
+    // join the planner was free to turn around then read every pending
+    // row against every other once the backlog grew (measured: one claim
+    // 67 s behind 20 000 rows in ten chats, stalls of seconds in the
+    // benchmark).
+    let cell = match backend {
+        Backend::Sqlite => &CLAIM,
+        Backend::Postgres => &CLAIM_PG,
     };
     cell.get_or_init(|| {
         let returned = COLUMNS.replace(
@@ -232,22 +234,49 @@ pub(in crate::store) fn claim_sql(backend: Backend) -> &'static str {
                  CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END AS first_attempt_at",
         );
         let free = "o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until < $2)";
+        let last = format!(
+            "COALESCE((SELECT MIN(p.seq) FROM outbox p \
+               WHERE p.order_key = h.order_key AND p.state = 'pending' \
+               AND (p.hold_until IS NULL OR p.hold_until > $2)), {LAST_SEQ})"
+        );
+        let held = "h.state = 'pending' AND h.head = 1 AND h.hold_until IS NOT NULL \
+             AND h.hold_until <= $2";
+        let (heads, behind) = match backend {
+            Backend::Sqlite => (
+                format!(
+                    "SELECT o.seq FROM outbox o INDEXED BY outbox_heads \
+                     WHERE o.state = 'pending' AND o.head = 1 AND {free} \
+                     ORDER BY o.seq LIMIT $3"
+                ),
+                format!(
+                    "SELECT o.seq FROM outbox h INDEXED BY outbox_held CROSS JOIN outbox o \
+                     ON o.order_key = h.order_key AND o.state = 'pending' AND o.seq > h.seq \
+                     AND o.seq <= {last} WHERE {held} AND {free} ORDER BY o.seq LIMIT $3"
+                ),
+            ),
+            Backend::Postgres => (
+                format!(
+                    "SELECT o.seq FROM outbox o \
+                     WHERE o.state = 'pending' AND o.head = 1 AND {free} \
+                     ORDER BY o.seq LIMIT $3 FOR UPDATE OF o SKIP LOCKED"
+                ),
+                format!(
+                    "SELECT b.seq FROM (SELECT h.order_key, h.seq FROM outbox h \
+                     WHERE {held} ORDER BY h.hold_until LIMIT $3) AS h \
+                     CROSS JOIN LATERAL (SELECT o.seq FROM outbox o \
+                     WHERE o.order_key = h.order_key AND o.state = 'pending' AND o.seq > h.seq \
+                     AND o.seq <= {last} AND {free} \
+                     ORDER BY o.seq LIMIT $3 FOR UPDATE OF o SKIP LOCKED) AS b LIMIT $3"
+                ),
+            ),
+        };
         format!(
             "UPDATE outbox SET lease_until = $1, lease_owner = $4, attempts = attempts + 1, \
              first_attempt_at = COALESCE(first_attempt_at, $2) WHERE seq IN ( \
              SELECT free.seq FROM ( \
-             SELECT heads.seq FROM (SELECT o.seq FROM outbox o{heads} \
-               WHERE o.state = 'pending' AND o.head = 1 AND {free} \
-               ORDER BY o.seq LIMIT $3{lock}) AS heads \
+             SELECT heads.seq FROM ({heads}) AS heads \
              UNION ALL \
-             SELECT behind.seq FROM (SELECT o.seq FROM outbox h{held} {join} outbox o \
-               ON o.order_key = h.order_key AND o.state = 'pending' AND o.seq > h.seq \
-               AND o.seq <= COALESCE((SELECT MIN(p.seq) FROM outbox p \
-                 WHERE p.order_key = h.order_key AND p.state = 'pending' \
-                 AND (p.hold_until IS NULL OR p.hold_until > $2)), {LAST_SEQ}) \
-               WHERE h.state = 'pending' AND h.head = 1 AND h.hold_until IS NOT NULL \
-               AND h.hold_until <= $2 AND {free} \
-               ORDER BY o.seq LIMIT $3{lock}) AS behind \
+             SELECT behind.seq FROM ({behind}) AS behind \
              ) AS free ORDER BY free.seq LIMIT $3) RETURNING {returned}, \
              (SELECT c.channel_id FROM chats c WHERE c.id = outbox.chat_id) AS channel_id"
         )
