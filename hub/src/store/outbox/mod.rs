@@ -796,6 +796,63 @@ mod tests {
         assert!(hot >= updated / 2, "{hot} of {updated} claims were HOT");
     }
 
+    /// A connection keeps the plan of its prepared claim, and may have made
+    /// it while the outbox was empty (a fresh database). Behind a backlog
+    /// that plan must still read a few pages, not every pending row against
+    /// every other (which took seconds per claim).
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL (scripts/with-postgres.sh)"]
+    async fn a_claim_behind_a_backlog_reads_a_few_pages_whatever_plan_was_kept_on_postgres() {
+        let store = crate::store::required_test_postgres().await;
+        let mut conn = store.pool().acquire().await.expect("connection");
+        let claim = format!(
+            "PREPARE kept_claim (BIGINT, BIGINT, BIGINT, TEXT) AS {}",
+            claim_sql(Backend::Postgres)
+        );
+        for sql in [
+            "SET plan_cache_mode = force_generic_plan",
+            claim.as_str(),
+            // Planned now, on the empty table, and kept.
+            "EXECUTE kept_claim(31000, 1000, 64, 'test')",
+            "INSERT INTO outbox (id, event_id, kind, policy, target_url, body, order_key, \
+             chat_id, state, next_attempt_at, created_at, head) \
+             SELECT 'p' || g, 'e' || g, 'agent.message', 'p', 'http://127.0.0.1:9/', '{}', \
+             'chat:' || (g % 3), NULL, 'pending', 900, 900, CASE WHEN g <= 3 THEN 1 ELSE 0 END \
+             FROM generate_series(1, 3000) g",
+            "BEGIN",
+        ] {
+            sqlx::query(sql)
+                .execute(&mut *conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        let lines: Vec<(String,)> = sqlx::query_as(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE kept_claim(31000, 1000, 64, 'test')",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain");
+        sqlx::query("ROLLBACK")
+            .execute(&mut *conn)
+            .await
+            .expect("rollback");
+        let plan: Vec<&str> = lines.iter().map(|(l,)| l.as_str()).collect();
+        assert!(plan[0].contains("rows=3 "), "the three heads: {plan:#?}");
+        // The top node's line: "Buffers: shared hit=N read=M …".
+        let pages: i64 = plan
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("Buffers: shared "))
+            .map(|b| {
+                b.split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .filter(|(k, _)| matches!(*k, "hit" | "read"))
+                    .filter_map(|(_, v)| v.trim_end_matches(',').parse::<i64>().ok())
+                    .sum()
+            })
+            .unwrap_or_else(|| panic!("no buffers line: {plan:#?}"));
+        assert!(pages < 500, "{pages} pages read for one claim: {plan:#?}");
+    }
+
     /// The deliverer's next look reads no pending row but through an
     /// index seek: the next attempt through `outbox_due`, the earliest hold
     /// through `outbox_held`.
