@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import {
-  TEST_TIMEOUT, api, hubAnswer, messages, openPage, startBrowser, startHub, startSite, visitor, w,
+  TEST_TIMEOUT, api, hubAnswer, messages, openPage, startBrowser, startHub, startSite, visitor, w, waitSession,
 } from './harness.mjs';
 
 let hub;
@@ -38,6 +38,7 @@ async function arrive(t, widget = online, path = '') {
   const v = await visitor(browser);
   t.after(() => v.context.close());
   await openPage(v.page, site.url(widget, path));
+  await waitSession(v.page);
   return v.page;
 }
 

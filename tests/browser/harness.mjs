@@ -472,6 +472,18 @@ export async function visitor(browser) {
   context.setDefaultTimeout(TIMEOUT);
   const page = await context.newPage();
   page.on('pageerror', (e) => console.error(`[page error] ${e.message}`));
+  // A widget session the hub could not give (refused for load, failed, or
+  // never answered) is retried by the widget, and a test may still pass:
+  // the line is what is left to explain a flake. 401 and 403 are answers.
+  const widgetSession = (url) => url.includes('/widget/v1/') && url.endsWith('/session');
+  page.on('response', (r) => {
+    if (widgetSession(r.url()) && (r.status() >= 500 || r.status() === 429)) {
+      console.error(`[hub] ${r.request().method()} ${r.url()}: ${r.status()}`);
+    }
+  });
+  page.on('requestfailed', (r) => {
+    if (widgetSession(r.url())) console.error(`[hub] ${r.method()} ${r.url()}: ${r.failure()?.errorText}`);
+  });
   return { context, page };
 }
 
@@ -490,6 +502,18 @@ export function messages(page, text) {
 export async function openPage(page, url, options) {
   await page.goto(url, options);
   await waitLoaded(page);
+}
+
+/**
+ * Waits until the widget has its session (or was told it may not have one):
+ * `widget_onLoad` fires after the first `POST /session` answered, even when
+ * that answer failed and the widget retries later, and the methods that ask
+ * the hub answer "the hub cannot be reached" until a retry succeeds.
+ */
+export async function waitSession(page) {
+  await w(page, 'hub-widget-status')
+    .filter({ hasNotText: 'Connecting' })
+    .waitFor({ state: 'attached', timeout: TIMEOUT });
 }
 
 export async function waitLoaded(page) {
