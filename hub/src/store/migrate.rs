@@ -123,6 +123,24 @@ pub(super) const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     ),
 ];
 
+/// Whether the PostgreSQL database behind `conn` has every step of
+/// [`POSTGRES_MIGRATIONS`] (or a newer build's too: steps only add).
+pub(super) async fn is_current(conn: &mut sqlx::AnyConnection) -> Result<bool, sqlx::Error> {
+    let latest = POSTGRES_MIGRATIONS.last().map_or(0, |(v, _)| *v);
+    // Two statements: the second names a table the first may find missing.
+    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(false);
+    }
+    let (applied,): (i64,) =
+        sqlx::query_as("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(applied >= latest)
+}
+
 impl Store {
     pub(super) async fn migrate(&self) -> Result<(), StoreError> {
         match self.backend {
@@ -139,9 +157,8 @@ impl Store {
         &self,
         migrations: &[(i64, &str)],
     ) -> Result<(), StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with(PG_BEGIN_WRITE)
+        let mut conn = self.pool.acquire().await.ctx("locking the schema")?;
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, PG_BEGIN_WRITE)
             .await
             .ctx("locking the schema")?;
         sqlx::query(
@@ -176,6 +193,14 @@ impl Store {
             applied.push(*version);
         }
         tx.commit().await.ctx("committing the migrations")?;
+        // Made before the schema was current (this start's migrations or
+        // another instance's still running), this connection may lack the
+        // statements a begin `EXECUTE`s (`prepared.rs`); a begin that finds
+        // one missing recovers, but leaves an `ERROR` line in the server's
+        // log. Closed, not kept: the pool's next connection gets them all.
+        if let Err(e) = conn.close().await {
+            tracing::debug!(error = %e, "closing the migrations' connection");
+        }
         for version in applied {
             tracing::info!(version, "applied migration");
         }
@@ -218,5 +243,39 @@ impl Store {
             tracing::info!(version, "applied migration");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh database's first start: the connection that found no schema
+    /// and applied it is not kept, and the one the pool makes next has
+    /// every statement a begin `EXECUTE`s, so no begin finds one missing
+    /// (each such find is an `ERROR` line in the server's log).
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL"]
+    async fn the_first_start_keeps_no_connection_without_the_statements() {
+        use sqlx::Connection;
+        let url = crate::store::required_test_postgres_url().await;
+        sqlx::any::install_default_drivers();
+        let mut before = sqlx::AnyConnection::connect(&url).await.expect("connect");
+        assert!(
+            !is_current(&mut before).await.expect("look"),
+            "an empty database"
+        );
+        let store = crate::store::test_postgres_one_connection_at(&url).await;
+        let mut conn = store.pool().acquire().await.expect("the pool's connection");
+        assert!(is_current(&mut conn).await.expect("look"), "migrated");
+        let (prepared,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM pg_prepared_statements WHERE name LIKE 'hub\\_%'")
+                .fetch_one(&mut *conn)
+                .await
+                .expect("statements");
+        assert_eq!(
+            usize::try_from(prepared).ok(),
+            Some(crate::store::prepared::prepare_statements(&[]).len())
+        );
     }
 }

@@ -705,21 +705,19 @@ impl Store {
                     // idle for `PG_PING_AFTER_IDLE` or longer is pinged, so
                     // one the server dropped meanwhile is replaced, not used.
                     .test_before_acquire(false)
-                    // The statements a begin may `EXECUTE` (`prepared.rs`);
-                    // a connection made before the migrations (tables
-                    // missing) gets them at its first such begin instead.
+                    // The statements a begin may `EXECUTE` (`prepared.rs`),
+                    // once the schema is this build's: preparing them on an
+                    // older one would fail (an `ERROR` line in the server's
+                    // log). The connection the migrations ran on is closed
+                    // after them, so every later one has them.
                     .after_connect(|conn, _| {
                         Box::pin(async move {
-                            let (migrated,): (bool,) =
-                                sqlx::query_as("SELECT to_regclass('counters') IS NOT NULL")
-                                    .fetch_one(&mut *conn)
-                                    .await?;
-                            if migrated {
+                            if migrate::is_current(conn).await? {
                                 // In order, up to the first that fails: a
                                 // connection that has one has those before it
                                 // (`prepared::ALL`); the rest it gets as a
                                 // begin finds one missing.
-                                for statement in prepared::prepare_statements() {
+                                for statement in prepared::prepare_statements(&[]) {
                                     if batch::run_simple(conn, &statement, "preparing")
                                         .await
                                         .is_err()
@@ -984,8 +982,8 @@ impl Store {
         };
         let mut begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         if begun.as_ref().is_err_and(prepared::is_missing) {
-            // A connection's first such begin: it gets the statements.
-            prepare_on(&mut conn).await?;
+            // A connection without them (deallocated): it gets them.
+            prepare_on(&mut conn, true).await?;
             begun = batch::run_simple(&mut conn, &sql, "starting a transaction").await;
         }
         let mut tx = RawTx {
@@ -1066,10 +1064,10 @@ impl Store {
         let sql = format!("{PG_ROWS_TURN}; {script}");
         let mut statements = batch::run_simple(&mut conn, &sql, what).await;
         if statements.as_ref().is_err_and(prepared::is_missing) {
-            // A connection made before the migrations: it gets the
+            // A connection without them (deallocated): it gets the
             // statements a claim `EXECUTE`s (one simple query is one
             // transaction: nothing of the failed one happened).
-            prepare_on(&mut conn).await?;
+            prepare_on(&mut conn, false).await?;
             statements = batch::run_simple(&mut conn, &sql, what).await;
         }
         let mut statements = statements?;
@@ -1197,11 +1195,18 @@ impl Store {
     }
 }
 
-/// Ends the failed begin on `conn` and gives it every prepared statement,
-/// one at a time (one it has already is left as it is).
-async fn prepare_on(conn: &mut AnyConnection) -> Result<(), StoreError> {
-    batch::run_simple(conn, "ROLLBACK", "preparing statements").await?;
-    for statement in prepared::prepare_statements() {
+/// Ends the failed transaction block on `conn` (`in_block`: the failed
+/// script began one; else it was one implicit transaction, over already)
+/// and gives it every prepared statement it lacks, one at a time.
+async fn prepare_on(conn: &mut AnyConnection, in_block: bool) -> Result<(), StoreError> {
+    if in_block {
+        batch::run_simple(conn, "ROLLBACK", "preparing statements").await?;
+    }
+    let have: Vec<String> = sqlx::query_scalar("SELECT name FROM pg_prepared_statements")
+        .fetch_all(&mut *conn)
+        .await
+        .ctx("preparing statements")?;
+    for statement in prepared::prepare_statements(&have) {
         match batch::run_simple(conn, &statement, "preparing statements").await {
             Err(e) if !prepared::is_duplicate(&e) => return Err(e),
             _ => {}
@@ -1254,12 +1259,17 @@ pub(crate) async fn required_test_postgres() -> Store {
     Store::open(&url, Durability::Normal).await.expect("store")
 }
 
-/// As [`required_test_postgres`], with one pooled connection (made before
+/// As [`required_test_postgres`], with one pooled connection (made after
 /// the migrations ran): what a test does to it, the store's next statement
 /// meets.
 #[cfg(test)]
 pub(crate) async fn test_postgres_one_connection() -> Store {
-    let url = required_test_postgres_url().await;
+    test_postgres_one_connection_at(&required_test_postgres_url().await).await
+}
+
+/// As [`test_postgres_one_connection`], on the database `url` names.
+#[cfg(test)]
+pub(crate) async fn test_postgres_one_connection_at(url: &str) -> Store {
     let options = OpenOptions {
         durability: Durability::Normal,
         pool: PoolSettings {
@@ -1269,7 +1279,7 @@ pub(crate) async fn test_postgres_one_connection() -> Store {
         },
         identity: None,
     };
-    Store::open(&url, options).await.expect("store")
+    Store::open(url, options).await.expect("store")
 }
 
 /// Deallocates the prepared statement `name` on `store`'s one connection

@@ -8,10 +8,12 @@
 //! parameters, so a statement in it is planned every time (a batch's read
 //! planned anew cost more than it saved); an `EXECUTE` with its values
 //! written in runs the plan the connection keeps. A connection gets the
-//! statements as it connects (the pool's `after_connect`); one made before
-//! the migrations gets them the first time a begin finds one missing
-//! (`26000`, one `ERROR` line in the server's log): rolled back, prepared,
-//! begun again.
+//! statements as it connects (the pool's `after_connect`) once the schema
+//! is this build's; the connection that applied the migrations is closed
+//! after them. One that lacks a statement all the same (deallocated, a
+//! pooler's `DISCARD ALL`) gets them the first time a begin finds one
+//! missing (`26000`, one `ERROR` line in the server's log): rolled back,
+//! prepared, begun again.
 
 use super::batch::{Literal, inline};
 use super::{First, FirstStatement, StoreError, ingress};
@@ -180,11 +182,13 @@ impl Prepared {
     }
 }
 
-/// The statements that give a connection every [`Prepared`], one each: a
-/// connection may have some of them (one that failed half-way), and a
-/// `PREPARE` of a name it has fails ([`is_duplicate`]).
-pub(super) fn prepare_statements() -> Vec<String> {
+/// The statements that give a connection every [`Prepared`] but those it
+/// has (`have`, the names in its `pg_prepared_statements`), one each: a
+/// `PREPARE` of a name it has would fail ([`is_duplicate`]), an `ERROR`
+/// line in the server's log.
+pub(super) fn prepare_statements(have: &[String]) -> Vec<String> {
     ALL.iter()
+        .filter(|p| !have.iter().any(|name| name == p.name))
         .map(|p| format!("PREPARE {} {} AS {}", p.name, p.params, (p.sql)()))
         .collect()
 }
