@@ -15,7 +15,9 @@
 //! BENCH_HUB_LOG (the served hub's log filter, default `info` as `hub.toml`'s),
 //! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`),
 //! BENCH_PG_LANES (each PostgreSQL instance's `[storage] write_lanes`,
-//! default 1: see `config_text`),
+//! default 1: see `config_text`), BENCH_PG_ROUNDS (rounds of one and two
+//! PostgreSQL instances taking turns, default 1; with more, the
+//! two-instance ratio of each round and their median),
 //! BENCH_BUSY_DISK=<MiB/s> (another writer on the databases' disk meanwhile,
 //! synced per MiB: what `durability = "full"` costs when the disk is shared).
 //!
@@ -342,7 +344,6 @@ async fn postgres(
     base: &Run,
     sqlite: &[Measured],
 ) {
-    let setup = SETUPS[2];
     let (version, relaxed) = server_settings(server).await;
     let durability = if relaxed { "normal" } else { "full" };
     let Some(like) = sqlite
@@ -360,58 +361,107 @@ async fn postgres(
         }
     );
     let (integrator, received) = serve_hello().await;
-    for instances in [1, 2] {
-        let database = Database::create(server).await;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut hubs = Vec::new();
-        for i in 0..instances {
-            let name = format!("hub-{i}");
-            let hub = ServedHub::start(dir.path(), &name, &database.url, setup, plugins).await;
-            hubs.push(hub);
+    // One and two instances take turns (1 2, then 2 1, …), so a ratio
+    // of one round compares measurements seconds apart and the machine's
+    // drift falls on both sides.
+    let rounds = env_or("BENCH_PG_ROUNDS", 1).max(1);
+    let mut ratios: Vec<(f64, f64)> = Vec::new();
+    for round in 0..rounds {
+        if rounds > 1 {
+            println!("round {} of {rounds}:", round + 1);
         }
-        hubs[0].provision(integrator).await;
-        let (path, token) = (hubs[0].path.clone(), hubs[0].token.clone());
-        for hub in &mut hubs[1..] {
-            hub.path.clone_from(&path);
-            hub.token.clone_from(&token);
+        let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
+        let mut rates = [(0.0, 0.0); 2];
+        for instances in order {
+            rates[instances - 1] = postgres_instances(
+                server,
+                instances,
+                (conns, duration, replies),
+                plugins,
+                (base, like),
+                (integrator, &received),
+            )
+            .await;
         }
-        let label = if instances == 1 {
-            "1 instance".to_owned()
-        } else {
-            format!("{instances} instances")
-        };
-        let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.addr).collect();
-        let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
-        let before = write_waits(&bases).await;
-        let locks = LockSampler::start(&database.url).await;
-        let run = spread_load(&addrs, &path, conns, duration).await;
-        let locks = locks.stop().await;
-        println!(
-            "{}, {:.2}× SQLite",
-            run.line(&format!("ingress, redact, {label}"), Some(base)),
-            run.rps() / like.run.rps()
-        );
-        println!(
-            "  {}",
-            waits_meanwhile(&before, &write_waits(&bases).await, run.count as u64)
-        );
-        println!("  {}", locks.per_item(run.count as u64));
-        received.store(0, Ordering::Relaxed);
-        let before = write_waits(&bases).await;
-        let locks = LockSampler::start(&database.url).await;
-        let done = deliveries(&bases, &token, replies, conns, &received).await;
-        let locks = locks.stop().await;
-        done.print(Some(base), like.delivered);
-        println!(
-            "  {}",
-            waits_meanwhile(&before, &write_waits(&bases).await, replies as u64)
-        );
-        println!("  {}", locks.per_item(replies as u64));
-        for hub in &mut hubs {
-            hub.stop();
-        }
-        database.drop().await;
+        ratios.push((rates[1].0 / rates[0].0, rates[1].1 / rates[0].1));
     }
+    if rounds > 1 {
+        let list = |pick: fn(&(f64, f64)) -> f64| {
+            let mut each: Vec<f64> = ratios.iter().map(pick).collect();
+            let shown: Vec<String> = each.iter().map(|r| format!("{r:.2}×")).collect();
+            each.sort_by(f64::total_cmp);
+            format!("{} (median {:.2}×)", shown.join(", "), each[each.len() / 2])
+        };
+        println!(
+            "two instances against one, per round: ingress {}; deliveries {}",
+            list(|r| r.0),
+            list(|r| r.1)
+        );
+    }
+}
+
+/// One PostgreSQL measurement of [`postgres`]: `instances` hubs on a fresh
+/// database, ingress then deliveries; their rates (req/s, deliveries/s).
+async fn postgres_instances(
+    server: &str,
+    instances: usize,
+    (conns, duration, replies): (usize, Duration, usize),
+    plugins: &Path,
+    (base, like): (&Run, &Measured),
+    (integrator, received): (SocketAddr, &AtomicUsize),
+) -> (f64, f64) {
+    let setup = SETUPS[2];
+    let database = Database::create(server).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut hubs = Vec::new();
+    for i in 0..instances {
+        let name = format!("hub-{i}");
+        let hub = ServedHub::start(dir.path(), &name, &database.url, setup, plugins).await;
+        hubs.push(hub);
+    }
+    hubs[0].provision(integrator).await;
+    let (path, token) = (hubs[0].path.clone(), hubs[0].token.clone());
+    for hub in &mut hubs[1..] {
+        hub.path.clone_from(&path);
+        hub.token.clone_from(&token);
+    }
+    let label = if instances == 1 {
+        "1 instance".to_owned()
+    } else {
+        format!("{instances} instances")
+    };
+    let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.addr).collect();
+    let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
+    let before = write_waits(&bases).await;
+    let locks = LockSampler::start(&database.url).await;
+    let run = spread_load(&addrs, &path, conns, duration).await;
+    let locks = locks.stop().await;
+    println!(
+        "{}, {:.2}× SQLite",
+        run.line(&format!("ingress, redact, {label}"), Some(base)),
+        run.rps() / like.run.rps()
+    );
+    println!(
+        "  {}",
+        waits_meanwhile(&before, &write_waits(&bases).await, run.count as u64)
+    );
+    println!("  {}", locks.per_item(run.count as u64));
+    received.store(0, Ordering::Relaxed);
+    let before = write_waits(&bases).await;
+    let locks = LockSampler::start(&database.url).await;
+    let done = deliveries(&bases, &token, replies, conns, received).await;
+    let locks = locks.stop().await;
+    done.print(Some(base), like.delivered);
+    println!(
+        "  {}",
+        waits_meanwhile(&before, &write_waits(&bases).await, replies as u64)
+    );
+    println!("  {}", locks.per_item(replies as u64));
+    for hub in &mut hubs {
+        hub.stop();
+    }
+    database.drop().await;
+    (run.rps(), done.rate())
 }
 
 /// Samples, every few milliseconds, how many of the database's sessions
