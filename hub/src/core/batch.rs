@@ -523,26 +523,43 @@ mod tests {
     /// their jobs before it takes its batch.
     /// (The multi-threaded runtime, as `hub serve` runs; the tasks are
     /// spawned from one of its tasks, so all are ready before any runs.)
+    /// Five rounds, each with a writer task of its own: now and then (one
+    /// round in forty here) the runtime runs the yielded writer again
+    /// before the other ready tasks (presumably its periodic look at the
+    /// driver, which wakes yielded tasks, falls on that turn), and that
+    /// round writes one job and then seven; without the gathering every
+    /// round does.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn jobs_of_tasks_ready_together_share_a_batch() {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("hub.db").display());
         let store = Store::open(&url, Durability::Normal).await.expect("store");
-        let batcher = Arc::new(Batcher::<Sizes>::default());
-        let written = tokio::spawn(async move {
-            let mut tasks = JoinSet::new();
-            for job in 0..8 {
-                let (batcher, store) = (batcher.clone(), store.clone());
-                tasks.spawn(async move { batcher.write(&store, job).await });
-            }
-            tasks.join_all().await
-        })
-        .await
-        .expect("the tasks");
-        let mut written: Vec<usize> = written.into_iter().map(|r| r.expect("written")).collect();
-        written.sort_unstable();
-        assert_eq!(written, (0..8).collect::<Vec<_>>());
-        assert_eq!(*SIZES.lock().expect("sizes"), [8], "one batch of all eight");
+        let mut rounds = Vec::new();
+        for _ in 0..5 {
+            SIZES.lock().expect("sizes").clear();
+            let batcher = Arc::new(Batcher::<Sizes>::default());
+            let store = store.clone();
+            let written = tokio::spawn(async move {
+                let mut tasks = JoinSet::new();
+                for job in 0..8 {
+                    let (batcher, store) = (batcher.clone(), store.clone());
+                    tasks.spawn(async move { batcher.write(&store, job).await });
+                }
+                tasks.join_all().await
+            })
+            .await
+            .expect("the tasks");
+            let mut written: Vec<usize> =
+                written.into_iter().map(|r| r.expect("written")).collect();
+            written.sort_unstable();
+            assert_eq!(written, (0..8).collect::<Vec<_>>());
+            rounds.push(SIZES.lock().expect("sizes").clone());
+        }
+        let whole = rounds.iter().filter(|sizes| **sizes == [8]).count();
+        assert!(
+            whole >= 3,
+            "one batch of all eight in most rounds: {rounds:?}"
+        );
     }
 
     /// On PostgreSQL a batch that failed after its last statement committed
