@@ -31,15 +31,41 @@ pub fn guard_backtraces() {
 /// `.wasm`. `BENCH_PLUGINS_DIR` names another directory of the same plugins
 /// (built another way, to compare) and skips the build.
 pub fn plugins_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BENCH_PLUGINS_DIR") {
-        return PathBuf::from(dir);
+    if let Some(dir) = given_dir("BENCH_PLUGINS_DIR") {
+        return dir;
     }
     build_with("scripts/build-plugins.sh", &[]).join("target/plugins/wasm32-wasip2/release")
 }
 
+/// The directory the variable `name` names, if set. A relative one is
+/// taken from the repository's root, where the README's commands run:
+/// cargo starts a benchmark in its package's directory (`hub/`), so the
+/// path as typed would miss. Panics, naming both places, if it is neither.
+fn given_dir(name: &str) -> Option<PathBuf> {
+    let given = PathBuf::from(std::env::var_os(name)?);
+    if given.is_absolute() {
+        return Some(given);
+    }
+    let from_root = repository_root().join(&given);
+    if from_root.is_dir() {
+        return Some(from_root);
+    }
+    assert!(
+        given.is_dir(),
+        "{name}={}: no such directory here or under {}",
+        given.display(),
+        repository_root().display()
+    );
+    Some(given)
+}
+
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// Runs a build script of the repository; the repository's root.
 fn build_with(script: &str, args: &[&str]) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = repository_root();
     let status = Command::new(root.join(script))
         .args(args)
         .current_dir(&root)
@@ -54,8 +80,8 @@ fn build_with(script: &str, args: &[&str]) -> PathBuf {
 /// which installs its pinned toolchains on first use); the directory of their
 /// `.wasm`. `BENCH_POLYGLOT_DIR` names another directory and skips the build.
 pub fn polyglot_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BENCH_POLYGLOT_DIR") {
-        return PathBuf::from(dir);
+    if let Some(dir) = given_dir("BENCH_POLYGLOT_DIR") {
+        return dir;
     }
     build_with("scripts/polyglot.sh", &["build"]).join("target/plugins/polyglot")
 }
