@@ -35,7 +35,9 @@
 //! (`bench_<random>`, dropped afterwards): ingress and agent-message
 //! deliveries with one instance, then with two instances on one database
 //! (the same connections in total, half to each), each with the waits for
-//! locks sampled on the server (`LockSampler`), next to the SQLite figures
+//! locks sampled on the server (`LockSampler`) and the CPU per item of the
+//! hubs, the server (when it runs on this machine) and this process
+//! (`CpuShares`), next to the SQLite figures
 //! of the same run at the durability the server matches (`normal` when its
 //! `fsync` or `synchronous_commit` is off, else `full`):
 //! `BENCH_SECS=5 scripts/with-postgres.sh cargo bench -p hub --bench channel`.
@@ -65,7 +67,8 @@ use tokio::net::{TcpListener, TcpStream};
 mod common;
 
 use common::{
-    BusyDisk, CpuClock, create_channel, env_or, guard_backtraces, memory_kib, plugins_dir,
+    BusyDisk, CpuClock, CpuPerItem, CpuShares, create_channel, env_or, guard_backtraces,
+    local_postmaster, memory_kib, plugins_dir,
 };
 
 #[path = "channel/ab.rs"]
@@ -344,7 +347,7 @@ async fn postgres(
     base: &Run,
     sqlite: &[Measured],
 ) {
-    let (version, relaxed) = server_settings(server).await;
+    let (version, relaxed, postmaster) = server_settings(server).await;
     let durability = if relaxed { "normal" } else { "full" };
     let Some(like) = sqlite
         .iter()
@@ -365,39 +368,107 @@ async fn postgres(
     // of one round compares measurements seconds apart and the machine's
     // drift falls on both sides.
     let rounds = env_or("BENCH_PG_ROUNDS", 1).max(1);
-    let mut ratios: Vec<(f64, f64)> = Vec::new();
+    let mut ratios: Vec<[Option<f64>; 6]> = Vec::new();
     for round in 0..rounds {
         if rounds > 1 {
             println!("round {} of {rounds}:", round + 1);
         }
         let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
-        let mut rates = [(0.0, 0.0); 2];
+        let mut measured = [PgMeasured::default(); 2];
         for instances in order {
-            rates[instances - 1] = postgres_instances(
+            measured[instances - 1] = postgres_instances(
                 server,
                 instances,
                 (conns, duration, replies),
                 plugins,
-                (base, like),
+                (base, like, postmaster),
                 (integrator, &received),
             )
             .await;
         }
-        ratios.push((rates[1].0 / rates[0].0, rates[1].1 / rates[0].1));
+        ratios.push(measured[1].against(&measured[0]));
     }
     if rounds > 1 {
-        let list = |pick: fn(&(f64, f64)) -> f64| {
-            let mut each: Vec<f64> = ratios.iter().map(pick).collect();
+        let list = |pick: usize| {
+            let mut each: Vec<f64> = ratios.iter().filter_map(|r| r[pick]).collect();
+            if each.is_empty() {
+                return "not measured".to_owned();
+            }
             let shown: Vec<String> = each.iter().map(|r| format!("{r:.2}×")).collect();
             each.sort_by(f64::total_cmp);
             format!("{} (median {:.2}×)", shown.join(", "), each[each.len() / 2])
         };
         println!(
             "two instances against one, per round: ingress {}; deliveries {}",
-            list(|r| r.0),
-            list(|r| r.1)
+            list(0),
+            list(1)
+        );
+        println!(
+            "  CPU per item of the hubs and the server together, two instances against one: ingress {}; deliveries {}",
+            list(2),
+            list(3)
+        );
+        println!(
+            "  the same, each over this process's (the same work in both: a yardstick of the machine's speed): ingress {}; deliveries {}",
+            list(4),
+            list(5)
         );
     }
+}
+
+/// What one PostgreSQL measurement gave: ingress req/s, deliveries/s, and
+/// each one's CPU per item (when the server runs on this machine).
+#[derive(Clone, Copy, Default)]
+struct PgMeasured {
+    ingress: f64,
+    deliveries: f64,
+    ingress_cpu: CpuPerItem,
+    deliveries_cpu: CpuPerItem,
+}
+
+impl PgMeasured {
+    /// `self` (two instances) against `one`: throughput ratios (ingress,
+    /// deliveries), CPU per item ratios of the hubs and the server
+    /// together, and the same over this process's CPU per item. The load
+    /// generator and the integrator do the same work per item in both, so
+    /// theirs moves only with the machine's speed, which drifts by a
+    /// quarter within minutes on a shared machine.
+    fn against(&self, one: &PgMeasured) -> [Option<f64>; 6] {
+        let tested = |c: &CpuPerItem| c.pids.zip(c.server).map(|(h, s)| h + s);
+        let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+        let over_own = |c: &CpuPerItem| ratio(tested(c), c.own);
+        [
+            Some(self.ingress / one.ingress),
+            Some(self.deliveries / one.deliveries),
+            ratio(tested(&self.ingress_cpu), tested(&one.ingress_cpu)),
+            ratio(tested(&self.deliveries_cpu), tested(&one.deliveries_cpu)),
+            ratio(over_own(&self.ingress_cpu), over_own(&one.ingress_cpu)),
+            ratio(
+                over_own(&self.deliveries_cpu),
+                over_own(&one.deliveries_cpu),
+            ),
+        ]
+    }
+}
+
+/// As `CPU per item: hubs 61.2 µs, PostgreSQL server 95.3 µs, this process
+/// (load, integrator, lock sampler) 14.1 µs; the machine 82 % busy, 21.3
+/// context switches per item`.
+fn cpu_shares_line(cpu: CpuPerItem) -> String {
+    let us = |v: Option<f64>| v.map_or_else(|| "not measured".to_owned(), |v| format!("{v:.1} µs"));
+    let busy = cpu
+        .busy
+        .map_or_else(String::new, |b| format!("; the machine {b:.0} % busy"));
+    let switches = cpu.switches.map_or_else(String::new, |n| {
+        format!(", {n:.1} context switches per item")
+    });
+    let line = format!(
+        "CPU per item: hubs {}, PostgreSQL server {}, this process (load, integrator, lock sampler) {}{busy}{switches}",
+        us(cpu.pids),
+        us(cpu.server),
+        us(cpu.own)
+    );
+    line
 }
 
 /// One PostgreSQL measurement of [`postgres`]: `instances` hubs on a fresh
@@ -407,9 +478,9 @@ async fn postgres_instances(
     instances: usize,
     (conns, duration, replies): (usize, Duration, usize),
     plugins: &Path,
-    (base, like): (&Run, &Measured),
+    (base, like, postmaster): (&Run, &Measured, Option<u32>),
     (integrator, received): (SocketAddr, &AtomicUsize),
-) -> (f64, f64) {
+) -> PgMeasured {
     let setup = SETUPS[2];
     let database = Database::create(server).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -432,9 +503,12 @@ async fn postgres_instances(
     };
     let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.addr).collect();
     let bases: Vec<String> = hubs.iter().map(|h| h.base.clone()).collect();
+    let pids: Vec<u32> = hubs.iter().map(|h| h.child.id()).collect();
     let before = write_waits(&bases).await;
     let locks = LockSampler::start(&database.url).await;
+    let cpu = CpuShares::start(&pids, postmaster);
     let run = spread_load(&addrs, &path, conns, duration).await;
+    let ingress_cpu = cpu.per_item_us(run.count);
     let locks = locks.stop().await;
     println!(
         "{}, {:.2}× SQLite",
@@ -446,10 +520,13 @@ async fn postgres_instances(
         waits_meanwhile(&before, &write_waits(&bases).await, run.count as u64)
     );
     println!("  {}", locks.per_item(run.count as u64));
+    println!("  {}", cpu_shares_line(ingress_cpu));
     received.store(0, Ordering::Relaxed);
     let before = write_waits(&bases).await;
     let locks = LockSampler::start(&database.url).await;
+    let cpu = CpuShares::start(&pids, postmaster);
     let done = deliveries(&bases, &token, replies, conns, received).await;
+    let deliveries_cpu = cpu.per_item_us(replies);
     let locks = locks.stop().await;
     done.print(Some(base), like.delivered);
     println!(
@@ -457,11 +534,17 @@ async fn postgres_instances(
         waits_meanwhile(&before, &write_waits(&bases).await, replies as u64)
     );
     println!("  {}", locks.per_item(replies as u64));
+    println!("  {}", cpu_shares_line(deliveries_cpu));
     for hub in &mut hubs {
         hub.stop();
     }
     database.drop().await;
-    (run.rps(), done.rate())
+    PgMeasured {
+        ingress: run.rps(),
+        deliveries: done.rate(),
+        ingress_cpu,
+        deliveries_cpu,
+    }
 }
 
 /// Samples, every few milliseconds, how many of the database's sessions
@@ -554,9 +637,10 @@ impl LockSamples {
     }
 }
 
-/// The server's version, and whether a commit returns before it is on disk
-/// (`fsync` or `synchronous_commit` off).
-async fn server_settings(server: &str) -> (String, bool) {
+/// The server's version, whether a commit returns before it is on disk
+/// (`fsync` or `synchronous_commit` off), and its postmaster's pid if it
+/// runs on this machine (its CPU is then measured).
+async fn server_settings(server: &str) -> (String, bool, Option<u32>) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(server)
         .await
@@ -564,8 +648,15 @@ async fn server_settings(server: &str) -> (String, bool) {
     let version = show(&mut conn, "server_version").await;
     let relaxed = show(&mut conn, "fsync").await == "off"
         || show(&mut conn, "synchronous_commit").await == "off";
+    let backend: Option<i32> = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .ok();
+    let postmaster = backend
+        .and_then(|pid| u32::try_from(pid).ok())
+        .and_then(local_postmaster);
     let _ = conn.close().await;
-    (version, relaxed)
+    (version, relaxed, postmaster)
 }
 
 /// A setting of the server, as `SHOW` gives it.

@@ -114,15 +114,141 @@ pub fn memory_kib(pid: u32, field: &str) -> u64 {
 /// kernel's ABI has shipped with.
 const TICKS_PER_SEC: f64 = 100.0;
 
+/// A process's command name and the fields of `/proc/<pid>/stat` after it
+/// (from field 3, the state: `fields[1]` is the parent, `fields[11..15]`
+/// its own user and system time and its reaped children's).
+fn proc_stat(pid: u32) -> Option<(String, Vec<u64>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses.
+    let name = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // The state (a letter) reads as 0: only numbers are used.
+    let fields = rest.split(' ').map(|f| f.parse().unwrap_or(0)).collect();
+    Some((name.to_owned(), fields))
+}
+
 /// User and system CPU time of a process so far, in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces), from field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    let (_, fields) = proc_stat(pid)?;
+    Some(fields.get(11)? + fields.get(12)?)
+}
+
+/// The postmaster of the PostgreSQL server whose backend on this machine is
+/// `backend` (`pg_backend_pid()`), if that server runs here: `None` when
+/// the process is not a `postgres` one (a server elsewhere, a container).
+pub fn local_postmaster(backend: u32) -> Option<u32> {
+    let (name, fields) = proc_stat(backend)?;
+    let parent = u32::try_from(*fields.get(1)?).ok()?;
+    let (parent_name, _) = proc_stat(parent)?;
+    (name.starts_with("postgres") && parent_name.starts_with("postgres")).then_some(parent)
+}
+
+/// A PostgreSQL server's CPU time so far, in clock ticks: its postmaster's,
+/// its live children's, and its children's that exited (reaped by the
+/// postmaster, so in its children's times). The difference of two readings
+/// is the server's CPU between them, backends that came and went
+/// meanwhile included.
+fn server_ticks(postmaster: u32) -> Option<u64> {
+    let (_, own) = proc_stat(postmaster)?;
+    let mut ticks: u64 = own.get(11..15)?.iter().sum();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if let Some((_, fields)) = proc_stat(pid)
+            && fields.get(1) == Some(&u64::from(postmaster))
+        {
+            ticks += fields.get(11).unwrap_or(&0) + fields.get(12).unwrap_or(&0);
+        }
+    }
+    Some(ticks)
+}
+
+/// The whole machine so far (`/proc/stat`): busy and total clock ticks of
+/// all cores (idle and I/O wait are not busy), and context switches.
+fn machine_ticks() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = cpu
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    let switches = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("ctxt "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((total - idle, total, switches))
+}
+
+/// The CPU a measurement cost on this machine: the processes under test
+/// (`pids`), a local PostgreSQL server, this process (load generator and
+/// stand-in receivers), and how busy the whole machine was and how often it
+/// switched tasks.
+pub struct CpuShares {
+    pids: Vec<CpuClock>,
+    server: Option<(u32, Option<u64>)>,
+    own: CpuClock,
+    machine: Option<(u64, u64, u64)>,
+}
+
+impl CpuShares {
+    pub fn start(pids: &[u32], postmaster: Option<u32>) -> CpuShares {
+        CpuShares {
+            pids: pids.iter().map(|&pid| CpuClock::start(pid)).collect(),
+            server: postmaster.map(|pm| (pm, server_ticks(pm))),
+            own: CpuClock::own(),
+            machine: machine_ticks(),
+        }
+    }
+
+    /// Microseconds of CPU per item since the start, over `count` items:
+    /// the processes under test together, the server (if local), this
+    /// process; and the machine's busy share in percent.
+    pub fn per_item_us(&self, count: usize) -> CpuPerItem {
+        let pids = self
+            .pids
+            .iter()
+            .map(|c| c.per_item_us(count))
+            .sum::<Option<f64>>();
+        let server = self.server.and_then(|(pm, start)| {
+            let used = server_ticks(pm)?.checked_sub(start?)?;
+            (count > 0).then(|| used as f64 * 1e6 / TICKS_PER_SEC / count as f64)
+        });
+        let machine = self.machine.zip(machine_ticks());
+        let busy = machine.and_then(|(a, b)| {
+            let total = b.1.checked_sub(a.1)?;
+            let busy = b.0.checked_sub(a.0)?;
+            (total > 0).then(|| 100.0 * busy as f64 / total as f64)
+        });
+        let switches = machine.and_then(|(a, b)| {
+            let switches = b.2.checked_sub(a.2)?;
+            (count > 0).then(|| switches as f64 / count as f64)
+        });
+        CpuPerItem {
+            pids,
+            server,
+            own: self.own.per_item_us(count),
+            busy,
+            switches,
+        }
+    }
+}
+
+/// What [`CpuShares::per_item_us`] measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuPerItem {
+    pub pids: Option<f64>,
+    pub server: Option<f64>,
+    pub own: Option<f64>,
+    /// The machine's busy share, percent.
+    pub busy: Option<f64>,
+    /// The machine's context switches per item.
+    pub switches: Option<f64>,
 }
 
 /// The CPU time a process has used since [`CpuClock::start`].
