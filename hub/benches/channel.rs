@@ -16,8 +16,9 @@
 //! BENCH_HUB (the served `hub` binary, default this build's; see `served_binary`),
 //! BENCH_PG_LANES (each PostgreSQL instance's `[storage] write_lanes`,
 //! default 1: see `config_text`), BENCH_PG_ROUNDS (rounds of one and two
-//! PostgreSQL instances taking turns, default 1; with more, the
-//! two-instance ratio of each round and their median),
+//! PostgreSQL instances taking turns, default 1; with more, each round
+//! measures SQLite again first, and the ratios of each round with their
+//! medians),
 //! BENCH_BUSY_DISK=<MiB/s> (another writer on the databases' disk meanwhile,
 //! synced per MiB: what `durability = "full"` costs when the disk is shared).
 //!
@@ -368,14 +369,36 @@ async fn postgres(
     // of one round compares measurements seconds apart and the machine's
     // drift falls on both sides.
     let rounds = env_or("BENCH_PG_ROUNDS", 1).max(1);
+    if rounds > 1 {
+        println!("(each round measures SQLite again first, and its lines compare with that)");
+    }
     let mut ratios: Vec<[Option<f64>; 6]> = Vec::new();
+    // With rounds, one instance against SQLite measured at the start of
+    // its round (ingress, deliveries).
+    let mut against_sqlite: Vec<[Option<f64>; 2]> = Vec::new();
     for round in 0..rounds {
         if rounds > 1 {
             println!("round {} of {rounds}:", round + 1);
         }
         let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
         let mut measured = [PgMeasured::default(); 2];
+        // Every line of the round against SQLite of the round.
+        let same_round = if rounds > 1 {
+            Some(
+                sqlite_again(
+                    like.setup,
+                    (conns, duration, replies),
+                    plugins,
+                    base,
+                    (integrator, &received),
+                )
+                .await,
+            )
+        } else {
+            None
+        };
         for instances in order {
+            let like = same_round.as_ref().unwrap_or(like);
             measured[instances - 1] = postgres_instances(
                 server,
                 instances,
@@ -387,17 +410,15 @@ async fn postgres(
             .await;
         }
         ratios.push(measured[1].against(&measured[0]));
+        if let Some(sqlite) = &same_round {
+            against_sqlite.push([
+                Some(measured[0].ingress / sqlite.run.rps()),
+                sqlite.delivered.map(|d| measured[0].deliveries / d),
+            ]);
+        }
     }
     if rounds > 1 {
-        let list = |pick: usize| {
-            let mut each: Vec<f64> = ratios.iter().filter_map(|r| r[pick]).collect();
-            if each.is_empty() {
-                return "not measured".to_owned();
-            }
-            let shown: Vec<String> = each.iter().map(|r| format!("{r:.2}×")).collect();
-            each.sort_by(f64::total_cmp);
-            format!("{} (median {:.2}×)", shown.join(", "), each[each.len() / 2])
-        };
+        let list = |pick: usize| per_round(ratios.iter().filter_map(|r| r[pick]));
         println!(
             "two instances against one, per round: ingress {}; deliveries {}",
             list(0),
@@ -413,6 +434,54 @@ async fn postgres(
             list(4),
             list(5)
         );
+        let each = |pick: usize| per_round(against_sqlite.iter().filter_map(|r| r[pick]));
+        println!(
+            "one instance against SQLite {durability} of its round: ingress {}; deliveries {}",
+            each(0),
+            each(1)
+        );
+    }
+}
+
+/// Ratios of the rounds, as `0.91×, 1.03× (median 1.03×)`.
+fn per_round(ratios: impl Iterator<Item = f64>) -> String {
+    let mut each: Vec<f64> = ratios.collect();
+    let shown: Vec<String> = each.iter().map(|r| format!("{r:.2}×")).collect();
+    each.sort_by(f64::total_cmp);
+    match each.get(each.len() / 2) {
+        Some(median) => format!("{} (median {median:.2}×)", shown.join(", ")),
+        None => "not measured".to_owned(),
+    }
+}
+
+/// The SQLite figures the PostgreSQL ones are compared with, measured
+/// again within a round of [`postgres`] (a served hub on a fresh file,
+/// `setup`: ingress, then deliveries), so that a ratio compares
+/// measurements a minute apart, not the machine's speed at two times.
+async fn sqlite_again(
+    setup: Setup,
+    (conns, duration, replies): (usize, Duration, usize),
+    plugins: &Path,
+    base: &Run,
+    (integrator, received): (SocketAddr, &AtomicUsize),
+) -> Measured {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let storage = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let mut hub = ServedHub::start(dir.path(), "hub", &storage, setup, plugins).await;
+    hub.provision(integrator).await;
+    let run = spread_load(&[hub.addr], &hub.path, conns, duration).await;
+    println!(
+        "{}",
+        run.line(&format!("ingress, SQLite {}", setup.label()), Some(base))
+    );
+    received.store(0, Ordering::Relaxed);
+    let done = deliveries(&[hub.base.clone()], &hub.token, replies, conns, received).await;
+    done.print(Some(base), None);
+    hub.stop();
+    Measured {
+        setup,
+        run,
+        delivered: Some(done.rate()),
     }
 }
 
