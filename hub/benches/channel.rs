@@ -531,17 +531,16 @@ fn cpu_shares_line(cpu: CpuPerItem) -> String {
     let switches = cpu.switches.map_or_else(String::new, |n| {
         format!(", {n:.1} context switches per item")
     });
-    let line = format!(
+    format!(
         "CPU per item: hubs {}, PostgreSQL server {}, this process (load, integrator, lock sampler) {}{busy}{switches}",
         us(cpu.pids),
         us(cpu.server),
         us(cpu.own)
-    );
-    line
+    )
 }
 
 /// One PostgreSQL measurement of [`postgres`]: `instances` hubs on a fresh
-/// database, ingress then deliveries; their rates (req/s, deliveries/s).
+/// database, ingress then deliveries; their rates and CPU per item.
 async fn postgres_instances(
     server: &str,
     instances: usize,
